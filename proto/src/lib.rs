@@ -1,0 +1,1 @@
+//! cogfeed.v1 protocol.

@@ -1,0 +1,308 @@
+//! Compression schemes: which TIFF codes we know, and the byte-stream decompressors.
+//!
+//! Byte codecs (Deflate, ZSTD, LZW, PackBits, LZMA) write straight into the caller's block
+//! buffer. Image codecs (JPEG, WebP, LERC) live in `image_codecs`; CCITT in `ccitt`.
+//! Decompressors are reused per thread (libdeflate and zstd contexts are not free to build).
+
+use std::cell::RefCell;
+
+use serde::Serialize;
+
+/// A TIFF Compression tag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Compression {
+    None,
+    CcittRle,
+    CcittFax3,
+    CcittFax4,
+    Lzw,
+    OldJpeg,
+    Jpeg,
+    Deflate,
+    PackBits,
+    Lerc,
+    Lzma,
+    Zstd,
+    Webp,
+    /// Any other code.
+    Other(u16),
+}
+
+impl Compression {
+    /// From the tag value.
+    pub fn from_code(code: u16) -> Self {
+        match code {
+            1 => Compression::None,
+            2 => Compression::CcittRle,
+            3 => Compression::CcittFax3,
+            4 => Compression::CcittFax4,
+            5 => Compression::Lzw,
+            6 => Compression::OldJpeg,
+            7 => Compression::Jpeg,
+            8 | 32946 => Compression::Deflate,
+            32773 => Compression::PackBits,
+            34887 => Compression::Lerc,
+            34925 => Compression::Lzma,
+            50000 | 34926 => Compression::Zstd,
+            50001 | 34927 => Compression::Webp,
+            other => Compression::Other(other),
+        }
+    }
+
+    /// GDAL's name for the scheme (`COMPRESS=` value), or the number for unknown codes.
+    pub fn name(self) -> String {
+        match self {
+            Compression::None => "NONE",
+            Compression::CcittRle => "CCITTRLE",
+            Compression::CcittFax3 => "CCITTFAX3",
+            Compression::CcittFax4 => "CCITTFAX4",
+            Compression::Lzw => "LZW",
+            Compression::OldJpeg => "OJPEG",
+            Compression::Jpeg => "JPEG",
+            Compression::Deflate => "DEFLATE",
+            Compression::PackBits => "PACKBITS",
+            Compression::Lerc => "LERC",
+            Compression::Lzma => "LZMA",
+            Compression::Zstd => "ZSTD",
+            Compression::Webp => "WEBP",
+            Compression::Other(code) => return other_name(code),
+        }
+        .to_string()
+    }
+}
+
+impl Serialize for Compression {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
+    }
+}
+
+/// "compression 34712 (JPEG2000)" style name for codes we do not decode.
+fn other_name(code: u16) -> String {
+    let known = match code {
+        34712 | 33003 | 33004 | 33005 => Some("JPEG2000"),
+        50002 | 52546 => Some("JPEGXL"),
+        34892 => Some("lossy JPEG (DNG)"),
+        32809 => Some("ThunderScan"),
+        32908 | 32909 => Some("PixarLog"),
+        34676 | 34677 => Some("SGILog"),
+        34661 => Some("JBIG"),
+        32947 => Some("Kodak DCS"),
+        34713 => Some("Nikon NEF"),
+        9 | 10 => Some("JBIG"),
+        _ => None,
+    };
+    match known {
+        Some(name) => format!("{code} ({name})"),
+        None => format!("{code}"),
+    }
+}
+
+thread_local! {
+    static INFLATER: RefCell<libdeflater::Decompressor> = RefCell::new(libdeflater::Decompressor::new());
+}
+
+/// Outcome of a byte codec: how many bytes it produced.
+pub type Produced = Result<usize, String>;
+
+/// zlib (Deflate) into `out`. Streams that hold more than `out` (a last strip written at full
+/// height) are decoded into scratch space and cut to fit.
+pub fn inflate(input: &[u8], out: &mut [u8]) -> Produced {
+    INFLATER.with(|d| {
+        let mut d = d.borrow_mut();
+        match d.zlib_decompress(input, out) {
+            Ok(n) => Ok(n),
+            Err(libdeflater::DecompressionError::InsufficientSpace) => {
+                let mut cap = out.len().max(1024) * 2;
+                loop {
+                    let mut scratch = vec![0u8; cap];
+                    match d.zlib_decompress(input, &mut scratch) {
+                        Ok(_) => {
+                            out.copy_from_slice(&scratch[..out.len()]);
+                            return Ok(out.len());
+                        }
+                        Err(libdeflater::DecompressionError::InsufficientSpace)
+                            if cap < out.len() * 64 =>
+                        {
+                            cap *= 4
+                        }
+                        Err(e) => return Err(format!("deflate: {e:?}")),
+                    }
+                }
+            }
+            Err(e) => Err(format!("deflate: {e:?}")),
+        }
+    })
+}
+
+/// zlib stream of unknown decompressed size (at most `limit` bytes).
+pub fn inflate_unknown(input: &[u8], hint: usize, limit: usize) -> Result<Vec<u8>, String> {
+    INFLATER.with(|d| {
+        let mut d = d.borrow_mut();
+        let mut cap = hint.max(4096);
+        loop {
+            let mut buf = vec![0u8; cap];
+            match d.zlib_decompress(input, &mut buf) {
+                Ok(n) => {
+                    buf.truncate(n);
+                    return Ok(buf);
+                }
+                Err(libdeflater::DecompressionError::InsufficientSpace) if cap < limit => {
+                    cap = (cap * 2).min(limit)
+                }
+                Err(e) => return Err(format!("deflate: {e:?}")),
+            }
+        }
+    })
+}
+
+thread_local! {
+    static ZSTD: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+}
+
+/// Zstandard frame(s) into `out`.
+pub fn unzstd(input: &[u8], out: &mut [u8]) -> Produced {
+    ZSTD.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = Some(zstd::bulk::Decompressor::new().map_err(|e| format!("zstd: {e}"))?);
+        }
+        let Some(d) = cell.as_mut() else {
+            return Err("zstd: no context".to_string());
+        };
+        match d.decompress_to_buffer(input, out) {
+            Ok(n) => Ok(n),
+            Err(_) => {
+                // Either corrupt, or more data than the block holds: decode fully to tell.
+                let full = zstd::stream::decode_all(input).map_err(|e| format!("zstd: {e}"))?;
+                let n = full.len().min(out.len());
+                out[..n].copy_from_slice(&full[..n]);
+                Ok(n)
+            }
+        }
+    })
+}
+
+/// Zstandard of unknown decompressed size.
+pub fn unzstd_unknown(input: &[u8]) -> Result<Vec<u8>, String> {
+    zstd::stream::decode_all(input).map_err(|e| format!("zstd: {e}"))
+}
+
+/// TIFF LZW (MSB first with early change; also the old LSB variant) into `out`.
+pub fn unlzw(input: &[u8], out: &mut [u8]) -> Produced {
+    use weezl::{BitOrder, LzwStatus, decode::Decoder};
+    // libtiff's test for old-style (pre-6.0) LZW streams.
+    let old_style = input.len() >= 2 && input[0] == 0 && input[1] & 1 != 0;
+    let mut decoder = if old_style {
+        Decoder::new(BitOrder::Lsb, 8)
+    } else {
+        Decoder::with_tiff_size_switch(BitOrder::Msb, 8)
+    };
+    let (mut consumed_in, mut produced) = (0, 0);
+    while produced < out.len() {
+        let r = decoder.decode_bytes(&input[consumed_in..], &mut out[produced..]);
+        consumed_in += r.consumed_in;
+        produced += r.consumed_out;
+        match r.status {
+            Ok(LzwStatus::Done) => break,
+            Ok(LzwStatus::NoProgress) => break,
+            Ok(LzwStatus::Ok) => {}
+            Err(e) => {
+                // libtiff keeps what decoded before a bad code; so does GDAL.
+                if produced == 0 {
+                    return Err(format!("lzw: {e}"));
+                }
+                break;
+            }
+        }
+    }
+    Ok(produced)
+}
+
+/// PackBits (Macintosh RLE) into `out`.
+pub fn unpackbits(input: &[u8], out: &mut [u8]) -> Produced {
+    let (mut i, mut o) = (0usize, 0usize);
+    while i < input.len() && o < out.len() {
+        let n = input[i] as i8;
+        i += 1;
+        if n >= 0 {
+            let len = n as usize + 1;
+            let len = len.min(input.len() - i).min(out.len() - o);
+            out[o..o + len].copy_from_slice(&input[i..i + len]);
+            i += len;
+            o += len;
+        } else if n != -128 {
+            let len = (1 - n as isize) as usize;
+            let Some(&b) = input.get(i) else { break };
+            i += 1;
+            let len = len.min(out.len() - o);
+            out[o..o + len].fill(b);
+            o += len;
+        }
+    }
+    Ok(o)
+}
+
+/// LZMA (xz stream, as libtiff writes it) into `out`.
+pub fn unlzma(input: &[u8], out: &mut [u8]) -> Produced {
+    let mut stream = xz2::stream::Stream::new_stream_decoder(1 << 30, 0)
+        .map_err(|e| format!("lzma: {e}"))?;
+    match stream.process(input, out, xz2::stream::Action::Finish) {
+        Ok(_) => Ok(stream.total_out() as usize),
+        Err(e) => Err(format!("lzma: {e}")),
+    }
+}
+
+/// Uncompressed data: copied as it is.
+pub fn copy(input: &[u8], out: &mut [u8]) -> Produced {
+    let n = input.len().min(out.len());
+    out[..n].copy_from_slice(&input[..n]);
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packbits_round_trip_example() {
+        // The example from Apple's TN1023.
+        let input = [
+            0xFE, 0xAA, 0x02, 0x80, 0x00, 0x2A, 0xFD, 0xAA, 0x03, 0x80, 0x00, 0x2A, 0x22, 0xF7,
+            0xAA,
+        ];
+        let expected = [
+            0xAA, 0xAA, 0xAA, 0x80, 0x00, 0x2A, 0xAA, 0xAA, 0xAA, 0xAA, 0x80, 0x00, 0x2A, 0x22,
+            0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA,
+        ];
+        let mut out = [0u8; 24];
+        assert_eq!(unpackbits(&input, &mut out), Ok(24));
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn packbits_truncated_input_is_short_not_a_panic() {
+        let mut out = [0u8; 10];
+        assert_eq!(unpackbits(&[0x05, 1, 2], &mut out), Ok(2));
+        assert_eq!(unpackbits(&[0xFE], &mut out), Ok(0));
+    }
+
+    #[test]
+    fn codec_names() {
+        assert_eq!(Compression::from_code(34712).name(), "34712 (JPEG2000)");
+        assert_eq!(Compression::from_code(32946), Compression::Deflate);
+        assert_eq!(Compression::from_code(50000).name(), "ZSTD");
+    }
+
+    #[test]
+    fn inflate_handles_overlong_streams() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i % 7) as u8).collect();
+        let mut c = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
+        let mut z = vec![0u8; c.zlib_compress_bound(data.len())];
+        let n = c.zlib_compress(&data, &mut z).unwrap();
+        let mut out = vec![0u8; 600];
+        assert_eq!(inflate(&z[..n], &mut out), Ok(600));
+        assert_eq!(&out[..], &data[..600]);
+        assert!(inflate(&z[..n / 2], &mut out).is_err());
+    }
+}

@@ -1,0 +1,168 @@
+//! Image codecs inside TIFF blocks: JPEG (with shared tables, YCbCr returned as RGB), WebP
+//! and LERC (plain, with Deflate or with Zstandard). Each returns the block's samples,
+//! pixel-interleaved, in the output type.
+
+use zune_jpeg::JpegDecoder;
+use zune_jpeg::zune_core::colorspace::ColorSpace;
+use zune_jpeg::zune_core::options::DecoderOptions;
+
+use super::codec;
+use super::dtype::DType;
+
+/// Geometry a decoded block must have.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockShape {
+    pub rows: usize,
+    pub cols: usize,
+    pub samples: usize,
+}
+
+impl BlockShape {
+    fn pixels(&self) -> usize {
+        self.rows * self.cols
+    }
+}
+
+/// Copies a `src_cols` x `src_rows` image with `src_samples` per pixel into a block of
+/// `shape`, keeping the first `shape.samples` samples of each pixel; the rest stays zero.
+fn fit(src: &[u8], src_rows: usize, src_cols: usize, src_samples: usize, shape: BlockShape) -> Vec<u8> {
+    if src_rows == shape.rows && src_cols == shape.cols && src_samples == shape.samples {
+        return src.to_vec();
+    }
+    let mut out = vec![0u8; shape.pixels() * shape.samples];
+    let keep = src_samples.min(shape.samples);
+    for r in 0..src_rows.min(shape.rows) {
+        for c in 0..src_cols.min(shape.cols) {
+            let s = (r * src_cols + c) * src_samples;
+            let d = (r * shape.cols + c) * shape.samples;
+            out[d..d + keep].copy_from_slice(&src[s..s + keep]);
+        }
+    }
+    out
+}
+
+/// A JPEG tile or strip; `tables` is the JPEGTables tag (an abbreviated stream of tables).
+/// `ycbcr` says the TIFF declares YCbCr photometric (then the result is converted to RGB,
+/// as GDAL returns it); otherwise the components come back as stored.
+pub fn decode_jpeg(data: &[u8], tables: Option<&[u8]>, ycbcr: bool, shape: BlockShape) -> Result<Vec<u8>, String> {
+    let merged;
+    let stream: &[u8] = match tables {
+        Some(t) if t.len() >= 4 && data.len() >= 2 && data[..2] == [0xFF, 0xD8] => {
+            // Tables without their EOI, then the block without its SOI.
+            let t_end = if t[t.len() - 2..] == [0xFF, 0xD9] { t.len() - 2 } else { t.len() };
+            let mut m = Vec::with_capacity(t_end + data.len());
+            m.extend_from_slice(&t[..t_end]);
+            m.extend_from_slice(&data[2..]);
+            merged = m;
+            &merged
+        }
+        _ => data,
+    };
+    let options = DecoderOptions::new_fast()
+        .set_max_width(shape.cols.max(1) * 2 + 64)
+        .set_max_height(shape.rows.max(1) * 2 + 64)
+        .set_strict_mode(false);
+    let mut decoder = JpegDecoder::new_with_options(stream, options);
+    decoder.decode_headers().map_err(|e| format!("jpeg: {e:?}"))?;
+    let input = decoder.get_input_colorspace().unwrap_or(ColorSpace::Unknown);
+    let out_space = match (input, shape.samples) {
+        (ColorSpace::Luma, _) => ColorSpace::Luma,
+        (ColorSpace::YCbCr, 3) if ycbcr => ColorSpace::RGB,
+        // RGB photometric: libtiff does no colour conversion.
+        (ColorSpace::YCbCr, 3) => ColorSpace::YCbCr,
+        (ColorSpace::RGB, 3) => ColorSpace::RGB,
+        (ColorSpace::CMYK | ColorSpace::YCCK, 4) => ColorSpace::CMYK,
+        (other, n) => return Err(format!("jpeg: {n} samples stored as {other:?}")),
+    };
+    decoder.set_options(options.jpeg_set_out_colorspace(out_space));
+    let pixels = decoder.decode().map_err(|e| format!("jpeg: {e:?}"))?;
+    let (w, h) = decoder.dimensions().ok_or("jpeg: no dimensions")?;
+    let comps = out_space.num_components();
+    if pixels.len() < w as usize * h as usize * comps {
+        return Err("jpeg: short image".into());
+    }
+    Ok(fit(&pixels, h as usize, w as usize, comps, shape))
+}
+
+/// A WebP tile (RGB or RGBA, lossy or lossless).
+pub fn decode_webp(data: &[u8], shape: BlockShape) -> Result<Vec<u8>, String> {
+    let mut decoder = image_webp::WebPDecoder::new(std::io::Cursor::new(data)).map_err(|e| format!("webp: {e}"))?;
+    let (w, h) = decoder.dimensions();
+    if w as usize > shape.cols * 2 + 64 || h as usize > shape.rows * 2 + 64 {
+        return Err(format!("webp: image of {w}x{h} in a {}x{} block", shape.cols, shape.rows));
+    }
+    let comps = if decoder.has_alpha() { 4 } else { 3 };
+    let mut buf = vec![0u8; w as usize * h as usize * comps];
+    decoder.read_image(&mut buf).map_err(|e| format!("webp: {e}"))?;
+    Ok(fit(&buf, h as usize, w as usize, comps, shape))
+}
+
+/// A LERC blob, after the optional extra Deflate (1) or Zstandard (2) layer.
+pub fn decode_lerc(data: &[u8], extra: u64, dtype: DType, shape: BlockShape, limit: usize) -> Result<Vec<u8>, String> {
+    let unpacked;
+    let blob: &[u8] = match extra {
+        0 => data,
+        1 => {
+            let hint = shape.pixels() * shape.samples * dtype.size() + 4096;
+            unpacked = codec::inflate_unknown(data, hint, limit)?;
+            &unpacked
+        }
+        2 => {
+            unpacked = codec::unzstd_unknown(data)?;
+            &unpacked
+        }
+        other => return Err(format!("lerc: unknown additional compression {other}")),
+    };
+    let info = lerc::get_blob_info(blob).map_err(|e| format!("lerc: {e:?}"))?;
+    let (w, h, depth, bands) = (info.width as usize, info.height as usize, info.depth as usize, info.bands as usize);
+    if w != shape.cols || h != shape.rows || depth * bands != shape.samples {
+        return Err(format!(
+            "lerc: blob of {w}x{h}x{depth}x{bands} in a block of {}x{}x{}",
+            shape.cols, shape.rows, shape.samples
+        ));
+    }
+    let masks = info.masks as usize;
+    macro_rules! run {
+        ($t:ty, $nan:expr) => {{
+            let (values, mask) = lerc::decode::<$t>(blob, w, h, depth, bands, masks).map_err(|e| format!("lerc: {e:?}"))?;
+            let mut values = values;
+            if let (Some(mask), Some(nan)) = (mask, $nan) {
+                // Invalid pixels of float rasters read as NaN, as libtiff reports them.
+                for (p, &valid) in mask.iter().take(w * h).enumerate() {
+                    if valid == 0 {
+                        for s in 0..depth {
+                            values[p * depth + s] = nan;
+                        }
+                    }
+                }
+            }
+            bytemuck::cast_slice::<$t, u8>(&values).to_vec()
+        }};
+    }
+    let bytes = match dtype {
+        DType::U8 => run!(u8, None::<u8>),
+        DType::I8 => run!(i8, None::<i8>),
+        DType::U16 => run!(u16, None::<u16>),
+        DType::I16 => run!(i16, None::<i16>),
+        DType::U32 => run!(u32, None::<u32>),
+        DType::I32 => run!(i32, None::<i32>),
+        DType::F32 => run!(f32, Some(f32::NAN)),
+        DType::F64 => run!(f64, Some(f64::NAN)),
+        other => return Err(format!("lerc: sample type {} not supported", other.name())),
+    };
+    if bands > 1 {
+        // LERC stores bands one after another; TIFF blocks interleave them.
+        let es = dtype.size();
+        let mut out = vec![0u8; bytes.len()];
+        let plane = w * h;
+        for b in 0..bands {
+            for p in 0..plane {
+                let s = (b * plane + p) * es;
+                let d = (p * bands + b) * es;
+                out[d..d + es].copy_from_slice(&bytes[s..s + es]);
+            }
+        }
+        return Ok(out);
+    }
+    Ok(bytes)
+}

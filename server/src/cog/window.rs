@@ -1,0 +1,138 @@
+//! Windows: which blocks a pixel window touches, and pasting decoded blocks into the
+//! band-major output raster. Pure; no I/O, no decoding.
+
+use super::dtype::DType;
+use super::error::{TiffError, TiffResult};
+use super::header::{Level, Planar};
+
+/// A pixel window at one level, with an optional band subset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowRequest {
+    /// 0 = full resolution, 1 = largest overview, ...
+    pub level: usize,
+    pub col: u64,
+    pub row: u64,
+    pub width: u64,
+    pub height: u64,
+    /// 0-based band indices, in output order; None = all bands.
+    pub bands: Option<Vec<usize>>,
+}
+
+/// Decoded pixels, band-major: `bands x height x width`, native byte order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Raster {
+    pub dtype: DType,
+    pub bands: usize,
+    pub height: usize,
+    pub width: usize,
+    pub data: Vec<u8>,
+}
+
+/// Checks `req` against `level` and returns the 0-based source bands it reads.
+pub fn validate(level: &Level, req: &WindowRequest, max_bytes: u64) -> TiffResult<Vec<usize>> {
+    let bad = |m: String| Err(TiffError::InvalidRequest(m));
+    if req.width == 0 || req.height == 0 {
+        return bad(format!("empty window {}x{}", req.width, req.height));
+    }
+    let right = req.col.checked_add(req.width);
+    let bottom = req.row.checked_add(req.height);
+    if right.is_none_or(|r| r > level.width) || bottom.is_none_or(|b| b > level.height) {
+        return bad(format!(
+            "window {},{} {}x{} outside the {}x{} image at level {}",
+            req.col, req.row, req.width, req.height, level.width, level.height, req.level
+        ));
+    }
+    let bands: Vec<usize> = match &req.bands {
+        None => (0..level.bands).collect(),
+        Some(b) if b.is_empty() => return bad("empty band list".into()),
+        Some(b) => b.clone(),
+    };
+    if let Some(&b) = bands.iter().find(|&&b| b >= level.bands) {
+        return bad(format!("band {} of a {}-band image", b + 1, level.bands));
+    }
+    let bytes = req
+        .width
+        .saturating_mul(req.height)
+        .saturating_mul(bands.len() as u64)
+        .saturating_mul(level.dtype.size() as u64);
+    if bytes > max_bytes {
+        return Err(TiffError::TooLarge(format!("window of {bytes} bytes (limit {max_bytes})")));
+    }
+    Ok(bands)
+}
+
+/// Indices of the blocks that hold the window's pixels of `bands`.
+pub fn blocks_for(level: &Level, req: &WindowRequest, bands: &[usize]) -> Vec<usize> {
+    let across = level.blocks_across();
+    let per_plane = level.blocks_per_plane();
+    let bx0 = req.col / level.block_width;
+    let bx1 = (req.col + req.width - 1) / level.block_width;
+    let by0 = req.row / level.block_height;
+    let by1 = (req.row + req.height - 1) / level.block_height;
+    let planes: Vec<u64> = match level.planar {
+        Planar::Chunky => vec![0],
+        Planar::Separate => {
+            let mut p: Vec<u64> = bands.iter().map(|&b| b as u64).collect();
+            p.sort_unstable();
+            p.dedup();
+            p
+        }
+    };
+    let mut out = Vec::new();
+    for plane in planes {
+        for by in by0..=by1 {
+            for bx in bx0..=bx1 {
+                out.push((plane * per_plane + by * across + bx) as usize);
+            }
+        }
+    }
+    out
+}
+
+/// Copies the window's part of decoded block `index` into `out`.
+pub fn paste(level: &Level, index: usize, block: &[u8], req: &WindowRequest, bands: &[usize], out: &mut Raster) {
+    let es = level.dtype.size();
+    let per_plane = level.blocks_per_plane() as usize;
+    let plane = index / per_plane;
+    let within = index % per_plane;
+    let across = level.blocks_across() as usize;
+    let (bw, bh) = (level.block_width as usize, level.block_height as usize);
+    let x0 = (within % across) * bw;
+    let y0 = (within / across) * bh;
+    let rows = level.block_rows(index) as usize;
+    let spp = level.block_samples();
+    let (col, row) = (req.col as usize, req.row as usize);
+    let xs = x0.max(col);
+    let xe = (x0 + bw).min(col + req.width as usize).min(level.width as usize);
+    let ys = y0.max(row);
+    let ye = (y0 + rows).min(row + req.height as usize);
+    if xs >= xe || ys >= ye {
+        return;
+    }
+    let n = xe - xs;
+    let band_stride = out.width * out.height * es;
+    for (ob, &sb) in bands.iter().enumerate() {
+        let sample = match level.planar {
+            Planar::Chunky => sb,
+            Planar::Separate if sb == plane => 0,
+            Planar::Separate => continue,
+        };
+        for y in ys..ye {
+            let src_row = ((y - y0) * bw + (xs - x0)) * spp;
+            let dst = ob * band_stride + ((y - row) * out.width + (xs - col)) * es;
+            if spp == 1 {
+                let s = src_row * es;
+                if s + n * es <= block.len() {
+                    out.data[dst..dst + n * es].copy_from_slice(&block[s..s + n * es]);
+                }
+                continue;
+            }
+            for i in 0..n {
+                let s = (src_row + i * spp + sample) * es;
+                if s + es <= block.len() {
+                    out.data[dst + i * es..dst + (i + 1) * es].copy_from_slice(&block[s..s + es]);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The `cogfeed` command: inspect and read COGs (and, with the daemon, serve them).
+//! The only place that uses `anyhow`; every failure ends as one line on stderr and exit 1.
+
+use std::io::BufWriter;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+
+use cogfeed_server::cog::{Cog, OpenOptions, RangeReader, WindowRequest};
+use cogfeed_server::npy::write_npy;
+use cogfeed_server::storage::{StoreOptions, open_url};
+use cogfeed_server::{Error, inspect};
+
+#[derive(Parser)]
+#[command(name = "cogfeed", version, about = "Cloud-Optimized GeoTIFF reader and batch server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print a file's layout, codec, overviews and georeferencing as JSON.
+    Inspect {
+        /// s3://, az://, gs://, http(s)://, file:// URL or a local path.
+        url: String,
+        /// Bytes fetched by the first header request.
+        #[arg(long, default_value_t = 32 * 1024)]
+        prefix_bytes: u64,
+    },
+    /// Read a window into a .npy file of shape (bands, height, width), native dtype.
+    Read {
+        /// s3://, az://, gs://, http(s)://, file:// URL or a local path.
+        url: String,
+        /// Overview level: 0 = full resolution, 1 = largest overview.
+        #[arg(long, default_value_t = 0)]
+        level: usize,
+        /// COL,ROW,WIDTH,HEIGHT in pixels of the level (default: the whole level).
+        #[arg(long)]
+        window: Option<String>,
+        /// 1-based bands, comma separated (default: all).
+        #[arg(long)]
+        bands: Option<String>,
+        /// Output .npy file.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Bytes fetched by the first header request.
+        #[arg(long, default_value_t = 32 * 1024)]
+        prefix_bytes: u64,
+        /// Print range-request counts to stderr.
+        #[arg(long)]
+        stats: bool,
+    },
+}
+
+fn parse_list(text: &str, what: &str, n: usize) -> anyhow::Result<Vec<u64>> {
+    let values: Vec<u64> = text
+        .split(',')
+        .map(|v| v.trim().parse::<u64>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("invalid {what} {text:?}"))?;
+    if n > 0 && values.len() != n {
+        bail!("invalid {what} {text:?}: expected {n} comma-separated numbers");
+    }
+    Ok(values)
+}
+
+async fn open(url: &str, prefix_bytes: u64) -> anyhow::Result<Cog> {
+    let reader: Arc<dyn RangeReader> = open_url(url, &StoreOptions::default())?;
+    let options = OpenOptions {
+        prefix_bytes: prefix_bytes.max(16),
+        ..Default::default()
+    };
+    Ok(Cog::open(reader, options).await.map_err(|e| Error::tiff(url, e))?)
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Inspect { url, prefix_bytes } => {
+            let cog = open(&url, prefix_bytes).await?;
+            println!("{}", serde_json::to_string_pretty(&inspect::report(&cog))?);
+        }
+        Command::Read {
+            url,
+            level,
+            window,
+            bands,
+            out,
+            prefix_bytes,
+            stats,
+        } => {
+            let cog = open(&url, prefix_bytes).await?;
+            let lvl = cog.level(level).map_err(|e| Error::tiff(&url, e))?;
+            let (col, row, width, height) = match window {
+                Some(w) => {
+                    let v = parse_list(&w, "window", 4)?;
+                    (v[0], v[1], v[2], v[3])
+                }
+                None => (0, 0, lvl.width, lvl.height),
+            };
+            let bands = match bands {
+                Some(b) => {
+                    let v = parse_list(&b, "band list", 0)?;
+                    if v.contains(&0) {
+                        bail!("invalid band list {b:?}: bands are 1-based");
+                    }
+                    Some(v.into_iter().map(|b| b as usize - 1).collect())
+                }
+                None => None,
+            };
+            let req = WindowRequest {
+                level,
+                col,
+                row,
+                width,
+                height,
+                bands,
+            };
+            let raster = cog.read_window(&req).await.map_err(|e| Error::tiff(&url, e))?;
+            let file = std::fs::File::create(&out).with_context(|| format!("cannot create {}", out.display()))?;
+            write_npy(BufWriter::new(file), raster.dtype, &[raster.bands, raster.height, raster.width], &raster.data)
+                .with_context(|| format!("cannot write {}", out.display()))?;
+            if stats {
+                eprintln!(
+                    "{{\"header_requests\": {}, \"block_requests\": {}}}",
+                    cog.header_requests(),
+                    cog.block_requests()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("error: {}", chain.first().cloned().unwrap_or_default());
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

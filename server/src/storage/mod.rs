@@ -1,0 +1,200 @@
+//! Object stores: a URL becomes an `object_store` store plus a path, and the pair becomes a
+//! [`RangeReader`] for the format code.
+//!
+//! Credentials and endpoints come from each store's standard environment variables
+//! (`AWS_*` incl. `AWS_ENDPOINT` and `AWS_ALLOW_HTTP`, `AZURE_*`, `GOOGLE_*`), read by the
+//! `object_store` builders. Every store gets retries with exponential backoff and a
+//! per-request timeout. No credential is ever part of an error message.
+
+pub mod url;
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+
+use crate::cog::{Prefix, RangeReader, ReadError};
+use crate::error::Result;
+pub use url::{Location, Scheme};
+
+/// Timeouts and retries applied to every store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Limit for one request, from connect to last byte.
+    pub request_timeout: Duration,
+    /// Limit for establishing a connection.
+    pub connect_timeout: Duration,
+    /// Retries of a failed request (5xx, timeouts, connection errors).
+    pub max_retries: usize,
+    /// Give up retrying after this long.
+    pub retry_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            max_retries: 5,
+            retry_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Builds the store for `location` (one store per bucket/container/origin).
+pub fn build_store(location: &Location, options: &StoreOptions) -> Result<Arc<dyn ObjectStore>> {
+    use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
+    let retry = RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            base: 2.0,
+        },
+        max_retries: options.max_retries,
+        retry_timeout: options.retry_timeout,
+    };
+    let timeout = format!("{}ms", options.request_timeout.as_millis());
+    let connect = format!("{}ms", options.connect_timeout.as_millis());
+    let invalid = |e: object_store::Error| crate::Error::InvalidUrl {
+        url: location.url.clone(),
+        reason: e.to_string(),
+    };
+    let store: Arc<dyn ObjectStore> = match location.scheme {
+        Scheme::Local => Arc::new(object_store::local::LocalFileSystem::new()),
+        Scheme::S3 => {
+            use object_store::aws::{AmazonS3ConfigKey, AmazonS3Builder};
+            let mut b = AmazonS3Builder::from_env()
+                .with_bucket_name(&location.container)
+                .with_retry(retry)
+                .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), &timeout)
+                .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect);
+            if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
+                b = b.with_region("us-east-1");
+            }
+            Arc::new(b.build().map_err(invalid)?)
+        }
+        Scheme::Azure => {
+            use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+            let b = MicrosoftAzureBuilder::from_env()
+                .with_container_name(&location.container)
+                .with_retry(retry)
+                .with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), &timeout)
+                .with_config(AzureConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect);
+            Arc::new(b.build().map_err(invalid)?)
+        }
+        Scheme::Gcs => {
+            use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+            let b = GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(&location.container)
+                .with_retry(retry)
+                .with_config(GoogleConfigKey::Client(ClientConfigKey::Timeout), &timeout)
+                .with_config(GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect);
+            Arc::new(b.build().map_err(invalid)?)
+        }
+        Scheme::Http => {
+            use object_store::http::HttpBuilder;
+            let b = HttpBuilder::new()
+                .with_url(location.container.clone())
+                .with_retry(retry)
+                .with_config(ClientConfigKey::Timeout, &timeout)
+                .with_config(ClientConfigKey::ConnectTimeout, &connect)
+                .with_config(ClientConfigKey::AllowHttp, "true");
+            Arc::new(b.build().map_err(invalid)?)
+        }
+    };
+    Ok(store)
+}
+
+/// Opens `url` as a range reader with its own store.
+pub fn open_url(url: &str, options: &StoreOptions) -> Result<Arc<ObjectReader>> {
+    let location = Location::parse(url)?;
+    let store = build_store(&location, options)?;
+    Ok(Arc::new(ObjectReader::new(store, location)))
+}
+
+/// One object in one store, readable by byte ranges.
+#[derive(Debug, Clone)]
+pub struct ObjectReader {
+    store: Arc<dyn ObjectStore>,
+    location: Location,
+}
+
+impl ObjectReader {
+    /// Reads `location` through `store` (which must be the store for its container).
+    pub fn new(store: Arc<dyn ObjectStore>, location: Location) -> Self {
+        Self { store, location }
+    }
+
+    /// The object's path inside its store.
+    pub fn path(&self) -> &Path {
+        &self.location.path
+    }
+}
+
+/// Maps a store error onto the reader's small error set.
+pub fn read_error(e: object_store::Error) -> ReadError {
+    match e {
+        object_store::Error::NotFound { .. } => ReadError::NotFound,
+        object_store::Error::Precondition { .. } | object_store::Error::NotModified { .. } => {
+            ReadError::Other("object changed while it was read".into())
+        }
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+            ReadError::Other("access denied by the store".into())
+        }
+        other => ReadError::Unavailable(other.to_string()),
+    }
+}
+
+impl RangeReader for ObjectReader {
+    fn name(&self) -> &str {
+        &self.location.url
+    }
+
+    fn read_prefix(&self, len: u64) -> BoxFuture<'_, Result<Prefix, ReadError>> {
+        Box::pin(async move {
+            let options = GetOptions {
+                range: Some(GetRange::Bounded(0..len.max(1))),
+                ..Default::default()
+            };
+            let result = match self.store.get_opts(&self.location.path, options).await {
+                Ok(r) => r,
+                Err(object_store::Error::NotFound { .. }) => return Err(ReadError::NotFound),
+                Err(e) => {
+                    // A zero-length object cannot serve a range; tell it apart with a HEAD.
+                    let meta = self.store.head(&self.location.path).await.map_err(read_error)?;
+                    if meta.size == 0 {
+                        return Ok(Prefix {
+                            bytes: Bytes::new(),
+                            object_size: 0,
+                            version: meta.e_tag,
+                        });
+                    }
+                    return Err(read_error(e));
+                }
+            };
+            let object_size = result.meta.size;
+            let version = result.meta.e_tag.clone();
+            let bytes = result.bytes().await.map_err(read_error)?;
+            Ok(Prefix {
+                bytes,
+                object_size,
+                version,
+            })
+        })
+    }
+
+    fn read_range(&self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes, ReadError>> {
+        Box::pin(async move {
+            let want = range.end - range.start;
+            let bytes = self.store.get_range(&self.location.path, range).await.map_err(read_error)?;
+            if bytes.len() as u64 != want {
+                return Err(ReadError::Other(format!("store returned {} of {want} bytes", bytes.len())));
+            }
+            Ok(bytes)
+        })
+    }
+}
