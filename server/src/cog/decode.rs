@@ -112,7 +112,9 @@ fn finish_samples(level: &Level, shape: BlockShape, row_bytes: usize, mut stored
         (_, b) if level.storage.is_native() && b % 8 == 0 => stored,
         (DType::F32, 16) => samples::widen_f16(&stored),
         (DType::F32, 24) => samples::widen_f24(&stored, big && !native_order_after_predictor),
-        (DType::U32, 24) => samples::widen_u24(&stored, big),
+        // GDAL reads 24-bit integers most significant byte first from little-endian files
+        // (and libtiff swaps the triples of big-endian ones).
+        (DType::U32, 24) => samples::widen_u24(&stored, !big),
         (DType::U8, _) => samples::unpack_bits(&stored, shape.rows, per_row, bits, 1),
         (DType::U16, _) => samples::unpack_bits(&stored, shape.rows, per_row, bits, 2),
         (DType::U32, _) => samples::unpack_bits(&stored, shape.rows, per_row, bits, 4),

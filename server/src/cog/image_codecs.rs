@@ -94,7 +94,14 @@ pub fn decode_webp(data: &[u8], shape: BlockShape) -> Result<Vec<u8>, String> {
     let comps = if decoder.has_alpha() { 4 } else { 3 };
     let mut buf = vec![0u8; w as usize * h as usize * comps];
     decoder.read_image(&mut buf).map_err(|e| format!("webp: {e}"))?;
-    Ok(fit(&buf, h as usize, w as usize, comps, shape))
+    let mut out = fit(&buf, h as usize, w as usize, comps, shape);
+    if comps == 3 && shape.samples == 4 {
+        // The encoder drops an all-opaque alpha channel; libwebp hands it back as 255.
+        for px in out.chunks_exact_mut(4) {
+            px[3] = 255;
+        }
+    }
+    Ok(out)
 }
 
 /// A LERC blob, after the optional extra Deflate (1) or Zstandard (2) layer.

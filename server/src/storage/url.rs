@@ -91,6 +91,18 @@ impl Location {
             url: input.to_string(),
             reason: e.to_string(),
         })?;
+        // Resolve `.` and `..` lexically: object_store paths have no such segments.
+        let mut normal = std::path::PathBuf::new();
+        for part in absolute.components() {
+            match part {
+                std::path::Component::ParentDir => {
+                    normal.pop();
+                }
+                std::path::Component::CurDir => {}
+                other => normal.push(other),
+            }
+        }
+        let absolute = normal;
         let path = Path::from_absolute_path(&absolute).map_err(|e| Error::InvalidUrl {
             url: input.to_string(),
             reason: e.to_string(),
@@ -125,6 +137,8 @@ mod tests {
         assert_eq!((file.scheme, file.path.as_ref()), (Scheme::Local, "tmp/x.tif"));
         let plain = Location::parse("/tmp/y.tif").unwrap();
         assert_eq!(plain.path.as_ref(), "tmp/y.tif");
+        let dotted = Location::parse("/a/b/../c/./d.tif").unwrap();
+        assert_eq!(dotted.path.as_ref(), "a/c/d.tif");
         let relative = Location::parse("some/dir/z.tif").unwrap();
         assert!(relative.path.as_ref().ends_with("some/dir/z.tif"));
     }
