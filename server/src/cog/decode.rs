@@ -44,7 +44,13 @@ pub fn decode_block(level: &Level, level_no: usize, index: usize, raw: &[u8]) ->
     };
     match level.compression {
         Compression::Jpeg => {
-            return image_codecs::decode_jpeg(&raw, level.jpeg_tables.as_deref(), level.photometric == 6, shape).map_err(corrupt);
+            return image_codecs::decode_jpeg(
+                &raw,
+                level.jpeg_tables.as_deref(),
+                level.photometric == 6,
+                level.ycbcr_subsampling != (1, 1),
+                shape,
+            ).map_err(corrupt);
         }
         Compression::Webp => return image_codecs::decode_webp(&raw, shape).map_err(corrupt),
         Compression::Lerc => {
