@@ -119,8 +119,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let raster = cog.read_window(&req).await.map_err(|e| Error::tiff(&url, e))?;
             let file = std::fs::File::create(&out).with_context(|| format!("cannot create {}", out.display()))?;
-            write_npy(BufWriter::new(file), raster.dtype, &[raster.bands, raster.height, raster.width], &raster.data)
-                .with_context(|| format!("cannot write {}", out.display()))?;
+            write_npy(
+                BufWriter::new(file),
+                raster.dtype,
+                &[raster.bands, raster.height, raster.width],
+                &raster.data,
+            )
+            .with_context(|| format!("cannot write {}", out.display()))?;
             if stats {
                 eprintln!(
                     "{{\"header_requests\": {}, \"block_requests\": {}}}",

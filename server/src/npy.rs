@@ -9,8 +9,16 @@ use crate::cog::DType;
 /// Writes `data` (C order, little-endian) as an array of `dtype` and `shape`.
 pub fn write_npy(mut w: impl Write, dtype: DType, shape: &[usize], data: &[u8]) -> std::io::Result<()> {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let shape_text = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
-    let mut header = format!("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", dtype.npy_descr(), shape_text);
+    let shape_text = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut header = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
+        dtype.npy_descr(),
+        shape_text
+    );
     // Magic (6) + version (2) + length (2) + header + newline, padded to 64 bytes.
     let total = 10 + header.len() + 1;
     header.push_str(&" ".repeat((64 - total % 64) % 64));

@@ -2,6 +2,8 @@
 //! layout) read through the real local object store and through an in-memory reader with a
 //! tiny header prefix, full levels, sub-windows and band subsets, against GDAL's pixels.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
+
 mod common;
 
 use std::sync::Arc;
@@ -46,7 +48,11 @@ async fn check_fixture(entry: &Value, cog: &Cog) {
         let expected = read_npy(&fixtures().join(format!("expected/{name}.l{level}.npy")));
         let (bands, h, w) = (expected.shape[0], expected.shape[1], expected.shape[2]);
         let lvl = cog.level(level).unwrap();
-        assert_eq!((lvl.bands, lvl.height as usize, lvl.width as usize), (bands, h, w), "{name} l{level}: shape");
+        assert_eq!(
+            (lvl.bands, lvl.height as usize, lvl.width as usize),
+            (bands, h, w),
+            "{name} l{level}: shape"
+        );
         assert_eq!(lvl.dtype.npy_descr(), expected.descr, "{name}: dtype");
         let es = lvl.dtype.size();
         let all: Vec<usize> = (0..bands).collect();
@@ -68,7 +74,10 @@ async fn check_fixture(entry: &Value, cog: &Cog) {
                 height: wh as u64,
                 bands: Some(bsel.clone()),
             };
-            let got = cog.read_window(&req).await.unwrap_or_else(|e| panic!("{name} l{level} {req:?}: {e}"));
+            let got = cog
+                .read_window(&req)
+                .await
+                .unwrap_or_else(|e| panic!("{name} l{level} {req:?}: {e}"));
             let want = crop(&expected, es, (c, r, ww, wh), &bsel);
             assert_eq!((got.bands, got.height, got.width), (bsel.len(), wh, ww));
             if lossy {
@@ -90,10 +99,18 @@ async fn every_fixture_matches_gdal_through_the_local_store() {
         let path = fixtures().join(format!("tif/{name}.tif"));
         let reader: Arc<dyn RangeReader> = open_url(path.to_str().unwrap(), &StoreOptions::default()).unwrap();
         let cog = Cog::open(reader, OpenOptions::default()).await.unwrap();
-        assert_eq!(cog.level(0).unwrap().dtype.npy_descr(), descr(entry["dtype"].as_str().unwrap()));
+        assert_eq!(
+            cog.level(0).unwrap().dtype.npy_descr(),
+            descr(entry["dtype"].as_str().unwrap())
+        );
         let geo = &cog.header().geo;
         assert_eq!(geo.epsg, Some(32633), "{name}: epsg");
-        let gt: Vec<f64> = entry["geotransform"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let gt: Vec<f64> = entry["geotransform"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
         assert_eq!(geo.geotransform.map(|g| g.to_vec()), Some(gt), "{name}: geotransform");
         check_fixture(entry, &cog).await;
     }
@@ -110,7 +127,10 @@ async fn tiny_header_prefix_grows_and_reads_the_same() {
             ..Default::default()
         };
         let cog = Cog::open(Arc::new(reader.clone()), options).await.unwrap();
-        assert!(cog.header_requests() > 1, "{name}: a 64-byte prefix cannot hold the header");
+        assert!(
+            cog.header_requests() > 1,
+            "{name}: a 64-byte prefix cannot hold the header"
+        );
         check_fixture(entry, &cog).await;
     }
 }
@@ -121,7 +141,9 @@ async fn default_prefix_reads_a_cog_header_in_one_request() {
         let name = entry["name"].as_str().unwrap();
         let bytes = std::fs::read(fixtures().join(format!("tif/{name}.tif"))).unwrap();
         let reader = MemoryReader::new(name, bytes);
-        let cog = Cog::open(Arc::new(reader.clone()), OpenOptions::default()).await.unwrap();
+        let cog = Cog::open(Arc::new(reader.clone()), OpenOptions::default())
+            .await
+            .unwrap();
         assert_eq!(cog.header_requests(), 1, "{name}");
         assert_eq!(reader.requests(), 1, "{name}");
         // A whole-level read of a small COG coalesces into few requests.
@@ -135,7 +157,16 @@ async fn default_prefix_reads_a_cog_header_in_one_request() {
             bands: None,
         };
         cog.read_window(&req).await.unwrap();
-        let blocks = lvl.blocks_per_plane() as u64 * if lvl.planar == cogfeed_server::cog::Planar::Separate { lvl.bands as u64 } else { 1 };
-        assert!(cog.block_requests() < blocks, "{name}: {} requests for {blocks} blocks", cog.block_requests());
+        let blocks = lvl.blocks_per_plane() as u64
+            * if lvl.planar == cogfeed_server::cog::Planar::Separate {
+                lvl.bands as u64
+            } else {
+                1
+            };
+        assert!(
+            cog.block_requests() < blocks,
+            "{name}: {} requests for {blocks} blocks",
+            cog.block_requests()
+        );
     }
 }

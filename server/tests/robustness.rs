@@ -2,6 +2,8 @@
 //! mutated files, hostile sizes, unsupported codecs, bad requests; plus the CLI contract
 //! (exit 1, one line naming the object and the problem).
 
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
+
 mod common;
 
 use std::process::Command;
@@ -20,12 +22,19 @@ fn fixture_bytes(name: &str) -> Vec<u8> {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Opens `bytes` and reads every level whole; returns the first error.
 async fn open_and_read_all(bytes: Vec<u8>) -> Result<(), TiffError> {
-    let cog = Cog::open(Arc::new(MemoryReader::new("mem://x.tif", bytes)), OpenOptions::default()).await?;
+    let cog = Cog::open(
+        Arc::new(MemoryReader::new("mem://x.tif", bytes)),
+        OpenOptions::default(),
+    )
+    .await?;
     for level in 0..cog.header().levels.len() {
         let l = cog.level(level)?;
         let req = WindowRequest {
@@ -87,7 +96,11 @@ fn garbage_and_truncation_are_clean_errors() {
     for (what, bytes) in cases {
         let err = rt.block_on(open_and_read_all(bytes)).expect_err(what);
         let err = Error::tiff("mem://x.tif", err);
-        assert!(matches!(err.code(), ErrorCode::DataLoss), "{what}: {err} ({:?})", err.code());
+        assert!(
+            matches!(err.code(), ErrorCode::DataLoss),
+            "{what}: {err} ({:?})",
+            err.code()
+        );
         assert!(err.to_string().ends_with("in mem://x.tif"), "{what}: {err}");
     }
 }
@@ -98,7 +111,10 @@ fn unsupported_compression_is_named() {
     let mut bytes = fixture_bytes(FIXTURE);
     patch_tag(&mut bytes, 259, 34712);
     let err = Error::tiff("s3://b/x.tif", rt.block_on(open_and_read_all(bytes)).unwrap_err());
-    assert_eq!(err.to_string(), "unsupported compression 34712 (JPEG2000) in s3://b/x.tif");
+    assert_eq!(
+        err.to_string(),
+        "unsupported compression 34712 (JPEG2000) in s3://b/x.tif"
+    );
     assert_eq!(err.code(), ErrorCode::FailedPrecondition);
 }
 
@@ -123,14 +139,19 @@ fn corrupt_tile_names_the_tile() {
     let name = "deflate_uint16_p2_pixel_cog_4b";
     let mut bytes = fixture_bytes(name);
     let reader = MemoryReader::new("x", bytes.clone());
-    let cog = rt.block_on(Cog::open(Arc::new(reader), OpenOptions::default())).unwrap();
+    let cog = rt
+        .block_on(Cog::open(Arc::new(reader), OpenOptions::default()))
+        .unwrap();
     let range = cog.level(0).unwrap().block_range(1).unwrap();
     for b in &mut bytes[range.start as usize + 2..range.end as usize] {
         *b ^= 0x5A;
     }
     let err = rt.block_on(open_and_read_all(bytes)).unwrap_err();
     let text = err.to_string();
-    assert!(matches!(err, TiffError::CorruptBlock { index: 1, level: 0, .. }), "{text}");
+    assert!(
+        matches!(err, TiffError::CorruptBlock { index: 1, level: 0, .. }),
+        "{text}"
+    );
     assert!(text.contains("tile 1"), "{text}");
 }
 
@@ -138,7 +159,10 @@ fn corrupt_tile_names_the_tile() {
 fn bad_requests_are_invalid_arguments() {
     let rt = runtime();
     let cog = rt
-        .block_on(Cog::open(Arc::new(MemoryReader::new("x", fixture_bytes(FIXTURE))), OpenOptions::default()))
+        .block_on(Cog::open(
+            Arc::new(MemoryReader::new("x", fixture_bytes(FIXTURE))),
+            OpenOptions::default(),
+        ))
         .unwrap();
     let base = WindowRequest {
         level: 0,
@@ -149,12 +173,30 @@ fn bad_requests_are_invalid_arguments() {
         bands: None,
     };
     let bad = [
-        WindowRequest { level: 9, ..base.clone() },
-        WindowRequest { width: 0, ..base.clone() },
-        WindowRequest { col: 70, ..base.clone() },
-        WindowRequest { col: u64::MAX, ..base.clone() },
-        WindowRequest { bands: Some(vec![4]), ..base.clone() },
-        WindowRequest { bands: Some(vec![]), ..base.clone() },
+        WindowRequest {
+            level: 9,
+            ..base.clone()
+        },
+        WindowRequest {
+            width: 0,
+            ..base.clone()
+        },
+        WindowRequest {
+            col: 70,
+            ..base.clone()
+        },
+        WindowRequest {
+            col: u64::MAX,
+            ..base.clone()
+        },
+        WindowRequest {
+            bands: Some(vec![4]),
+            ..base.clone()
+        },
+        WindowRequest {
+            bands: Some(vec![]),
+            ..base.clone()
+        },
     ];
     for req in bad {
         let err = Error::tiff("x", rt.block_on(cog.read_window(&req)).unwrap_err());
@@ -201,7 +243,15 @@ fn cli_reads_and_fails_with_one_line() {
     let tif = fixtures().join(format!("tif/{FIXTURE}.tif"));
     let out = std::env::temp_dir().join(format!("cogfeed-cli-{}.npy", std::process::id()));
     let ok = Command::new(exe)
-        .args(["read", tif.to_str().unwrap(), "--window", "1,2,30,20", "--bands", "4,1", "--out"])
+        .args([
+            "read",
+            tif.to_str().unwrap(),
+            "--window",
+            "1,2,30,20",
+            "--bands",
+            "4,1",
+            "--out",
+        ])
         .arg(&out)
         .output()
         .unwrap();
@@ -210,7 +260,10 @@ fn cli_reads_and_fails_with_one_line() {
     assert_eq!((npy.descr.as_str(), npy.shape.clone()), ("<u2", vec![2, 20, 30]));
     let _ = std::fs::remove_file(&out);
 
-    let inspect = Command::new(exe).args(["inspect", tif.to_str().unwrap()]).output().unwrap();
+    let inspect = Command::new(exe)
+        .args(["inspect", tif.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(inspect.status.success());
     let v: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
     assert_eq!(v["compression"], "ZSTD");
@@ -222,7 +275,11 @@ fn cli_reads_and_fails_with_one_line() {
     assert_eq!(v["overviews"].as_array().unwrap().len(), 2);
 
     let missing = fixtures().join("tif/nope.tif");
-    let bad = Command::new(exe).args(["read", missing.to_str().unwrap(), "--out"]).arg(&out).output().unwrap();
+    let bad = Command::new(exe)
+        .args(["read", missing.to_str().unwrap(), "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
     assert_eq!(bad.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");

@@ -168,15 +168,19 @@ mod tests {
     fn rle_rows_are_byte_aligned() {
         // Row of 8 pixels: white run 8 = 10011, then black run 0 = 0000110111; padded.
         // Two identical rows.
-        let row_bits = "10011" .to_string() + "0000110111";
+        let row_bits = "10011".to_string() + "0000110111";
         let mut bits = String::new();
         for _ in 0..2 {
             bits.push_str(&row_bits);
-            while bits.len() % 8 != 0 {
+            while !bits.len().is_multiple_of(8) {
                 bits.push('0');
             }
         }
-        let bytes: Vec<u8> = bits.as_bytes().chunks(8).map(|c| u8::from_str_radix(std::str::from_utf8(c).unwrap(), 2).unwrap()).collect();
+        let bytes: Vec<u8> = bits
+            .as_bytes()
+            .chunks(8)
+            .map(|c| u8::from_str_radix(std::str::from_utf8(c).unwrap(), 2).unwrap())
+            .collect();
         let mut out = [0xFFu8; 2];
         assert_eq!(decode(Compression::CcittRle, &bytes, 8, 2, &mut out), Ok(2));
         assert_eq!(out, [0, 0]);

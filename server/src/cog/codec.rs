@@ -121,11 +121,7 @@ pub fn inflate(input: &[u8], out: &mut [u8]) -> Produced {
                             out.copy_from_slice(&scratch[..out.len()]);
                             return Ok(out.len());
                         }
-                        Err(libdeflater::DecompressionError::InsufficientSpace)
-                            if cap < out.len() * 64 =>
-                        {
-                            cap *= 4
-                        }
+                        Err(libdeflater::DecompressionError::InsufficientSpace) if cap < out.len() * 64 => cap *= 4,
                         Err(e) => return Err(format!("deflate: {e:?}")),
                     }
                 }
@@ -147,9 +143,7 @@ pub fn inflate_unknown(input: &[u8], hint: usize, limit: usize) -> Result<Vec<u8
                     buf.truncate(n);
                     return Ok(buf);
                 }
-                Err(libdeflater::DecompressionError::InsufficientSpace) if cap < limit => {
-                    cap = (cap * 2).min(limit)
-                }
+                Err(libdeflater::DecompressionError::InsufficientSpace) if cap < limit => cap = (cap * 2).min(limit),
                 Err(e) => return Err(format!("deflate: {e:?}")),
             }
         }
@@ -245,8 +239,7 @@ pub fn unpackbits(input: &[u8], out: &mut [u8]) -> Produced {
 
 /// LZMA (xz stream, as libtiff writes it) into `out`.
 pub fn unlzma(input: &[u8], out: &mut [u8]) -> Produced {
-    let mut stream = xz2::stream::Stream::new_stream_decoder(1 << 30, 0)
-        .map_err(|e| format!("lzma: {e}"))?;
+    let mut stream = xz2::stream::Stream::new_stream_decoder(1 << 30, 0).map_err(|e| format!("lzma: {e}"))?;
     match stream.process(input, out, xz2::stream::Action::Finish) {
         Ok(_) => Ok(stream.total_out() as usize),
         Err(e) => Err(format!("lzma: {e}")),
@@ -268,12 +261,11 @@ mod tests {
     fn packbits_round_trip_example() {
         // The example from Apple's TN1023.
         let input = [
-            0xFE, 0xAA, 0x02, 0x80, 0x00, 0x2A, 0xFD, 0xAA, 0x03, 0x80, 0x00, 0x2A, 0x22, 0xF7,
-            0xAA,
+            0xFE, 0xAA, 0x02, 0x80, 0x00, 0x2A, 0xFD, 0xAA, 0x03, 0x80, 0x00, 0x2A, 0x22, 0xF7, 0xAA,
         ];
         let expected = [
-            0xAA, 0xAA, 0xAA, 0x80, 0x00, 0x2A, 0xAA, 0xAA, 0xAA, 0xAA, 0x80, 0x00, 0x2A, 0x22,
-            0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA,
+            0xAA, 0xAA, 0xAA, 0x80, 0x00, 0x2A, 0xAA, 0xAA, 0xAA, 0xAA, 0x80, 0x00, 0x2A, 0x22, 0xAA, 0xAA, 0xAA, 0xAA,
+            0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA,
         ];
         let mut out = [0u8; 24];
         assert_eq!(unpackbits(&input, &mut out), Ok(24));

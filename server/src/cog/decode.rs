@@ -11,8 +11,8 @@ use super::codec::{self, Compression};
 use super::dtype::DType;
 use super::error::{TiffError, TiffResult};
 use super::header::Level;
-use super::image_codecs::{self, BlockShape};
 use super::ifd::ByteOrder;
+use super::image_codecs::{self, BlockShape};
 use super::{ccitt, predictor, samples};
 
 /// Shape of block `index` of `level` once decoded.
@@ -35,7 +35,11 @@ pub fn decode_block(level: &Level, level_no: usize, index: usize, raw: &[u8]) ->
         level: level_no,
         detail,
     };
-    let raw: Cow<[u8]> = if level.lsb_fill && !matches!(level.compression, Compression::Jpeg | Compression::Webp | Compression::Lerc) {
+    let raw: Cow<[u8]> = if level.lsb_fill
+        && !matches!(
+            level.compression,
+            Compression::Jpeg | Compression::Webp | Compression::Lerc
+        ) {
         let mut v = raw.to_vec();
         samples::reverse_bits(&mut v);
         Cow::Owned(v)
@@ -50,7 +54,8 @@ pub fn decode_block(level: &Level, level_no: usize, index: usize, raw: &[u8]) ->
                 level.photometric == 6,
                 level.ycbcr_subsampling != (1, 1),
                 shape,
-            ).map_err(corrupt);
+            )
+            .map_err(corrupt);
         }
         Compression::Webp => return image_codecs::decode_webp(&raw, shape).map_err(corrupt),
         Compression::Lerc => {
@@ -88,13 +93,17 @@ fn finish_samples(level: &Level, shape: BlockShape, row_bytes: usize, mut stored
     let bits = level.storage.bits as usize;
     let big = level.order == ByteOrder::Big;
     let per_row = shape.cols * shape.samples;
-    let byte_aligned = bits % 8 == 0;
+    let byte_aligned = bits.is_multiple_of(8);
     let width = bits / 8;
     if byte_aligned && width > 1 && big && level.predictor != 3 {
         if width == 3 {
             // 24-bit samples are widened below from file order.
         } else {
-            let comp = if matches!(level.dtype, DType::C64 | DType::C128) { width / 2 } else { width };
+            let comp = if matches!(level.dtype, DType::C64 | DType::C128) {
+                width / 2
+            } else {
+                width
+            };
             samples::swap_components(&mut stored, comp);
         }
     }
@@ -125,7 +134,10 @@ fn finish_samples(level: &Level, shape: BlockShape, row_bytes: usize, mut stored
         (DType::U16, _) => samples::unpack_bits(&stored, shape.rows, per_row, bits, 2),
         (DType::U32, _) => samples::unpack_bits(&stored, shape.rows, per_row, bits, 4),
         (other, _) => {
-            return Err(TiffError::Unsupported(format!("{bits}-bit samples as {}", other.name())));
+            return Err(TiffError::Unsupported(format!(
+                "{bits}-bit samples as {}",
+                other.name()
+            )));
         }
     })
 }
@@ -135,16 +147,30 @@ pub fn check_supported(level: &Level) -> TiffResult<()> {
     let bits = level.storage.bits;
     match level.compression {
         Compression::Other(_) | Compression::OldJpeg => {
-            return Err(TiffError::Unsupported(format!("compression {}", level.compression.name())));
+            return Err(TiffError::Unsupported(format!(
+                "compression {}",
+                level.compression.name()
+            )));
         }
         Compression::Jpeg | Compression::Webp if bits != 8 => {
-            return Err(TiffError::Unsupported(format!("{bits}-bit {}", level.compression.name())));
+            return Err(TiffError::Unsupported(format!(
+                "{bits}-bit {}",
+                level.compression.name()
+            )));
         }
         Compression::CcittRle | Compression::CcittFax3 | Compression::CcittFax4 if !ccitt::AVAILABLE => {
-            return Err(TiffError::Unsupported(format!("compression {}", level.compression.name())));
+            return Err(TiffError::Unsupported(format!(
+                "compression {}",
+                level.compression.name()
+            )));
         }
-        Compression::CcittRle | Compression::CcittFax3 | Compression::CcittFax4 if bits != 1 || level.block_samples() != 1 => {
-            return Err(TiffError::Unsupported(format!("{} with {bits}-bit samples", level.compression.name())));
+        Compression::CcittRle | Compression::CcittFax3 | Compression::CcittFax4
+            if bits != 1 || level.block_samples() != 1 =>
+        {
+            return Err(TiffError::Unsupported(format!(
+                "{} with {bits}-bit samples",
+                level.compression.name()
+            )));
         }
         _ => {}
     }

@@ -95,11 +95,7 @@ impl Storage {
     /// The type a reader returns for these stored samples, or why they are unsupported.
     pub fn dtype(self) -> TiffResult<DType> {
         let Storage { bits, format } = self;
-        let unsupported = || {
-            TiffError::Unsupported(format!(
-                "sample type ({bits} bits, sample format {format})"
-            ))
-        };
+        let unsupported = || TiffError::Unsupported(format!("sample type ({bits} bits, sample format {format})"));
         Ok(match format {
             1 | 4 => match bits {
                 1..=8 => DType::U8,

@@ -185,9 +185,7 @@ pub fn parse_header(src: &SparseBytes, limits: &Limits) -> StepResult<Header> {
         let mask = subfile & 4 != 0;
         if i == 0 {
             if mask {
-                return Err(Step::Fail(TiffError::Malformed(
-                    "the first ifd is a mask".into(),
-                )));
+                return Err(Step::Fail(TiffError::Malformed("the first ifd is a mask".into())));
             }
             levels.push(parse_level(&v, ifd, i, limits)?);
             pages += 1;
@@ -200,9 +198,7 @@ pub fn parse_header(src: &SparseBytes, limits: &Limits) -> StepResult<Header> {
             }
         } else if reduced {
             match parse_level(&v, ifd, i, limits) {
-                Ok(level) if level.bands == levels[0].bands && level.dtype == levels[0].dtype => {
-                    levels.push(level)
-                }
+                Ok(level) if level.bands == levels[0].bands && level.dtype == levels[0].dtype => levels.push(level),
                 Ok(_) | Err(Step::Fail(_)) => {}
                 Err(need) => return Err(need),
             }
@@ -212,7 +208,7 @@ pub fn parse_header(src: &SparseBytes, limits: &Limits) -> StepResult<Header> {
     }
     // GDAL orders overviews from the largest down.
     levels[1..].sort_by(|a, b| b.width.cmp(&a.width).then(b.height.cmp(&a.height)));
-    masks.sort_by(|a, b| b.width.cmp(&a.width));
+    masks.sort_by_key(|m| std::cmp::Reverse(m.width));
     let geo = parse_geo(&v, &structure.ifds[0])?;
     Ok(Header {
         bigtiff: structure.bigtiff,

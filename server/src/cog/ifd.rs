@@ -219,19 +219,10 @@ pub fn parse_structure(src: &SparseBytes) -> StepResult<Structure> {
     if ifds.is_empty() {
         return fail("no image file directory");
     }
-    Ok(Structure {
-        order,
-        bigtiff,
-        ifds,
-    })
+    Ok(Structure { order, bigtiff, ifds })
 }
 
-fn parse_ifd(
-    src: &SparseBytes,
-    order: ByteOrder,
-    bigtiff: bool,
-    offset: u64,
-) -> StepResult<(Ifd, u64)> {
+fn parse_ifd(src: &SparseBytes, order: ByteOrder, bigtiff: bool, offset: u64) -> StepResult<(Ifd, u64)> {
     let (count_len, entry_len, next_len) = if bigtiff { (8, 20, 8) } else { (2, 12, 4) };
     let raw_count = src.get(offset, count_len)?;
     let count = if bigtiff {
@@ -354,10 +345,7 @@ impl<'a> Values<'a> {
             return fail(format!("tag {} has no value", e.tag));
         }
         // Only the first value is read, wherever the array lives.
-        let first = Entry {
-            count: 1,
-            ..e.clone()
-        };
+        let first = Entry { count: 1, ..e.clone() };
         let first = match first.offset {
             Some(_) => first,
             None => e.clone(),
@@ -382,14 +370,8 @@ impl<'a> Values<'a> {
                 .chunks_exact(8)
                 .map(|c| o.u32(&c[..4]) as i32 as f64 / o.u32(&c[4..]) as i32 as f64)
                 .collect(),
-            11 => raw
-                .chunks_exact(4)
-                .map(|c| f32::from_bits(o.u32(c)) as f64)
-                .collect(),
-            12 => raw
-                .chunks_exact(8)
-                .map(|c| f64::from_bits(o.u64(c)))
-                .collect(),
+            11 => raw.chunks_exact(4).map(|c| f32::from_bits(o.u32(c)) as f64).collect(),
+            12 => raw.chunks_exact(8).map(|c| f64::from_bits(o.u64(c))).collect(),
             _ => self.u64s(e)?.into_iter().map(|v| v as f64).collect(),
         })
     }
@@ -493,9 +475,6 @@ mod tests {
             src: &src,
             order: s.order,
         };
-        assert!(matches!(
-            v.u64s(s.ifds[0].entry(273).unwrap()),
-            Err(Step::Fail(_))
-        ));
+        assert!(matches!(v.u64s(s.ifds[0].entry(273).unwrap()), Err(Step::Fail(_))));
     }
 }

@@ -59,7 +59,11 @@ pub fn decode_jpeg(
     let stream: &[u8] = match tables {
         Some(t) if t.len() >= 4 && data.len() >= 2 && data[..2] == [0xFF, 0xD8] => {
             // Tables without their EOI, then the block without its SOI.
-            let t_end = if t[t.len() - 2..] == [0xFF, 0xD9] { t.len() - 2 } else { t.len() };
+            let t_end = if t[t.len() - 2..] == [0xFF, 0xD9] {
+                t.len() - 2
+            } else {
+                t.len()
+            };
             let mut m = Vec::with_capacity(t_end + data.len());
             m.extend_from_slice(&t[..t_end]);
             m.extend_from_slice(&data[2..]);
@@ -91,10 +95,10 @@ pub fn decode_jpeg(
     let pixels = decoder.decode().map_err(|e| format!("jpeg: {e:?}"))?;
     let (w, h) = decoder.dimensions().ok_or("jpeg: no dimensions")?;
     let comps = out_space.num_components();
-    if pixels.len() < w as usize * h as usize * comps {
+    if pixels.len() < w * h * comps {
         return Err("jpeg: short image".into());
     }
-    Ok(fit(&pixels, h as usize, w as usize, comps, shape))
+    Ok(fit(&pixels, h, w, comps, shape))
 }
 
 fn decode_jpeg_subsampled(stream: &[u8], shape: BlockShape) -> Result<Vec<u8>, String> {
@@ -115,7 +119,10 @@ pub fn decode_webp(data: &[u8], shape: BlockShape) -> Result<Vec<u8>, String> {
     let mut decoder = image_webp::WebPDecoder::new(std::io::Cursor::new(data)).map_err(|e| format!("webp: {e}"))?;
     let (w, h) = decoder.dimensions();
     if w as usize > shape.cols * 2 + 64 || h as usize > shape.rows * 2 + 64 {
-        return Err(format!("webp: image of {w}x{h} in a {}x{} block", shape.cols, shape.rows));
+        return Err(format!(
+            "webp: image of {w}x{h} in a {}x{} block",
+            shape.cols, shape.rows
+        ));
     }
     let comps = if decoder.has_alpha() { 4 } else { 3 };
     let mut buf = vec![0u8; w as usize * h as usize * comps];
@@ -147,7 +154,12 @@ pub fn decode_lerc(data: &[u8], extra: u64, dtype: DType, shape: BlockShape, lim
         other => return Err(format!("lerc: unknown additional compression {other}")),
     };
     let info = lerc::get_blob_info(blob).map_err(|e| format!("lerc: {e:?}"))?;
-    let (w, h, depth, bands) = (info.width as usize, info.height as usize, info.depth as usize, info.bands as usize);
+    let (w, h, depth, bands) = (
+        info.width as usize,
+        info.height as usize,
+        info.depth as usize,
+        info.bands as usize,
+    );
     if w != shape.cols || h != shape.rows || depth * bands != shape.samples {
         return Err(format!(
             "lerc: blob of {w}x{h}x{depth}x{bands} in a block of {}x{}x{}",
@@ -157,7 +169,8 @@ pub fn decode_lerc(data: &[u8], extra: u64, dtype: DType, shape: BlockShape, lim
     let masks = info.masks as usize;
     macro_rules! run {
         ($t:ty, $nan:expr) => {{
-            let (values, mask) = lerc::decode::<$t>(blob, w, h, depth, bands, masks).map_err(|e| format!("lerc: {e:?}"))?;
+            let (values, mask) =
+                lerc::decode::<$t>(blob, w, h, depth, bands, masks).map_err(|e| format!("lerc: {e:?}"))?;
             let mut values = values;
             if let (Some(mask), Some(nan)) = (mask, $nan) {
                 // Invalid pixels of float rasters read as NaN, as libtiff reports them.

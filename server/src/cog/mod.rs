@@ -7,8 +7,8 @@
 //! band-major raster in the native sample type.
 
 pub mod ccitt;
-pub mod codec;
 pub mod coalesce;
+pub mod codec;
 pub mod decode;
 pub mod dtype;
 pub mod error;
@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
-pub use codec::Compression;
 pub use coalesce::CoalescePolicy;
+pub use codec::Compression;
 pub use dtype::DType;
 pub use error::{TiffError, TiffResult};
 pub use header::{Header, Level, Limits, Planar};
@@ -97,7 +97,9 @@ impl Cog {
                 Err(Step::Fail(e)) => return Err(e),
                 Err(Step::Need(need)) => {
                     if fetches as usize > MAX_HEADER_FETCHES {
-                        return Err(TiffError::TooLarge(format!("header needs more than {MAX_HEADER_FETCHES} reads")));
+                        return Err(TiffError::TooLarge(format!(
+                            "header needs more than {MAX_HEADER_FETCHES} reads"
+                        )));
                     }
                     let range = header_fetch_range(&src, need, options.prefix_bytes);
                     let bytes = reader.read_range(range.clone()).await?;
@@ -147,7 +149,10 @@ impl Cog {
     /// The level `n`, or an invalid-request error.
     pub fn level(&self, n: usize) -> TiffResult<&Level> {
         self.header.levels.get(n).ok_or_else(|| {
-            TiffError::InvalidRequest(format!("level {n} requested, the file has levels 0..={}", self.header.levels.len() - 1))
+            TiffError::InvalidRequest(format!(
+                "level {n} requested, the file has levels 0..={}",
+                self.header.levels.len() - 1
+            ))
         })
     }
 
@@ -165,7 +170,10 @@ impl Cog {
                     kind: lvl.block_kind(),
                     index: b,
                     level,
-                    detail: format!("data at {}..{} lies beyond the end of the file ({} bytes)", r.start, r.end, self.header.object_size),
+                    detail: format!(
+                        "data at {}..{} lies beyond the end of the file ({} bytes)",
+                        r.start, r.end, self.header.object_size
+                    ),
                 });
             }
             ranges.push(r);
@@ -183,12 +191,15 @@ impl Cog {
                 out.push(Bytes::new());
                 continue;
             };
-            let i = coalesce::containing(&merged, &r).ok_or_else(|| TiffError::Malformed("range planning failed".into()))?;
+            let i = coalesce::containing(&merged, &r)
+                .ok_or_else(|| TiffError::Malformed("range planning failed".into()))?;
             let base = merged[i].start;
             let data = &fetched[i];
             let (s, e) = ((r.start - base) as usize, (r.end - base) as usize);
             if e > data.len() {
-                return Err(TiffError::Read(ReadError::Other("store returned fewer bytes than requested".into())));
+                return Err(TiffError::Read(ReadError::Other(
+                    "store returned fewer bytes than requested".into(),
+                )));
             }
             out.push(data.slice(s..e));
         }
@@ -199,7 +210,7 @@ impl Cog {
     pub async fn decode_blocks(&self, level: usize, blocks: Vec<usize>, raw: Vec<Bytes>) -> TiffResult<Vec<Vec<u8>>> {
         self.level(level)?;
         let header = self.header.clone();
-        let decoded = on_cpu_pool(move || {
+        on_cpu_pool(move || {
             use rayon::prelude::*;
             let lvl = &header.levels[level];
             blocks
@@ -215,8 +226,7 @@ impl Cog {
                 })
                 .collect::<TiffResult<Vec<Vec<u8>>>>()
         })
-        .await?;
-        decoded
+        .await?
     }
 
     /// Reads a window: fetch, decode and paste the blocks it touches.

@@ -23,13 +23,7 @@ pub fn reverse_bits(buf: &mut [u8]) {
 
 /// Unpacks `rows` rows of `per_row` samples of `bits` bits (MSB first, rows byte-aligned)
 /// into native integers of `out_width` bytes.
-pub fn unpack_bits(
-    stored: &[u8],
-    rows: usize,
-    per_row: usize,
-    bits: usize,
-    out_width: usize,
-) -> Vec<u8> {
+pub fn unpack_bits(stored: &[u8], rows: usize, per_row: usize, bits: usize, out_width: usize) -> Vec<u8> {
     let row_bytes = (per_row * bits).div_ceil(8);
     let mut out = vec![0u8; rows * per_row * out_width];
     for r in 0..rows {

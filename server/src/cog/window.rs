@@ -56,7 +56,9 @@ pub fn validate(level: &Level, req: &WindowRequest, max_bytes: u64) -> TiffResul
         .saturating_mul(bands.len() as u64)
         .saturating_mul(level.dtype.size() as u64);
     if bytes > max_bytes {
-        return Err(TiffError::TooLarge(format!("window of {bytes} bytes (limit {max_bytes})")));
+        return Err(TiffError::TooLarge(format!(
+            "window of {bytes} bytes (limit {max_bytes})"
+        )));
     }
     Ok(bands)
 }

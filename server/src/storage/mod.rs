@@ -66,7 +66,7 @@ pub fn build_store(location: &Location, options: &StoreOptions) -> Result<Arc<dy
     let store: Arc<dyn ObjectStore> = match location.scheme {
         Scheme::Local => Arc::new(object_store::local::LocalFileSystem::new()),
         Scheme::S3 => {
-            use object_store::aws::{AmazonS3ConfigKey, AmazonS3Builder};
+            use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
             let mut b = AmazonS3Builder::from_env()
                 .with_bucket_name(&location.container)
                 .with_retry(retry)
@@ -190,9 +190,16 @@ impl RangeReader for ObjectReader {
     fn read_range(&self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes, ReadError>> {
         Box::pin(async move {
             let want = range.end - range.start;
-            let bytes = self.store.get_range(&self.location.path, range).await.map_err(read_error)?;
+            let bytes = self
+                .store
+                .get_range(&self.location.path, range)
+                .await
+                .map_err(read_error)?;
             if bytes.len() as u64 != want {
-                return Err(ReadError::Other(format!("store returned {} of {want} bytes", bytes.len())));
+                return Err(ReadError::Other(format!(
+                    "store returned {} of {want} bytes",
+                    bytes.len()
+                )));
             }
             Ok(bytes)
         })

@@ -123,7 +123,10 @@ mod tests {
     #[test]
     fn parses_every_scheme() {
         let s3 = Location::parse("s3://bucket/a/b.tif").unwrap();
-        assert_eq!((s3.scheme, s3.container.as_str(), s3.path.as_ref()), (Scheme::S3, "bucket", "a/b.tif"));
+        assert_eq!(
+            (s3.scheme, s3.container.as_str(), s3.path.as_ref()),
+            (Scheme::S3, "bucket", "a/b.tif")
+        );
         let az = Location::parse("azure://cont/x.tif").unwrap();
         assert_eq!((az.scheme, az.container.as_str()), (Scheme::Azure, "cont"));
         let az = Location::parse("az://cont/dir/x.tif").unwrap();
@@ -131,7 +134,10 @@ mod tests {
         let gs = Location::parse("gs://b/k.tif").unwrap();
         assert_eq!(gs.scheme, Scheme::Gcs);
         let http = Location::parse("http://127.0.0.1:8080/data/x%20y.tif").unwrap();
-        assert_eq!((http.scheme, http.container.as_str()), (Scheme::Http, "http://127.0.0.1:8080"));
+        assert_eq!(
+            (http.scheme, http.container.as_str()),
+            (Scheme::Http, "http://127.0.0.1:8080")
+        );
         assert_eq!(http.path.as_ref(), "data/x y.tif");
         let file = Location::parse("file:///tmp/x.tif").unwrap();
         assert_eq!((file.scheme, file.path.as_ref()), (Scheme::Local, "tmp/x.tif"));

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests: fixture paths and a minimal `.npy` reader.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -22,9 +23,20 @@ pub fn read_npy(path: &std::path::Path) -> Npy {
     assert_eq!(&bytes[..6], b"\x93NUMPY", "{} is not npy", path.display());
     let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
     let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
-    let descr = header.split("'descr': '").nth(1).unwrap().split('\'').next().unwrap().to_string();
+    let descr = header
+        .split("'descr': '")
+        .nth(1)
+        .unwrap()
+        .split('\'')
+        .next()
+        .unwrap()
+        .to_string();
     let shape_text = header.split("'shape': (").nth(1).unwrap().split(')').next().unwrap();
-    let shape = shape_text.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
+    let shape = shape_text
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse().unwrap())
+        .collect();
     Npy {
         descr,
         shape,
