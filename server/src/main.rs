@@ -12,6 +12,11 @@ use cogfeed_server::npy::write_npy;
 use cogfeed_server::storage::{StoreOptions, open_url};
 use cogfeed_server::{Error, inspect};
 
+/// mimalloc keeps freed block buffers for reuse; glibc returns large ones to the kernel, and
+/// the page faults of re-mapping them cost ~30% of decode time (measured with perf).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "cogfeed", version, about = "Cloud-Optimized GeoTIFF reader and batch server")]
 struct Cli {

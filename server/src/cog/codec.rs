@@ -182,32 +182,124 @@ pub fn unzstd_unknown(input: &[u8]) -> Result<Vec<u8>, String> {
     zstd::stream::decode_all(input).map_err(|e| format!("zstd: {e}"))
 }
 
-/// TIFF LZW (MSB first with early change; also the old LSB variant) into `out`.
+/// TIFF LZW into `out`: the modern MSB-first variant with early change is decoded here, the
+/// old LSB-first variant (pre-TIFF 6.0 files) by `weezl`.
 pub fn unlzw(input: &[u8], out: &mut [u8]) -> Produced {
+    // libtiff's test for old-style LZW streams.
+    if input.len() >= 2 && input[0] == 0 && input[1] & 1 != 0 {
+        return unlzw_old(input, out);
+    }
+    unlzw_msb(input, out)
+}
+
+/// LZW decoding as LZ77-style copies: every table entry is a (position, length) pair in the
+/// output already written, because the string of a new entry is always the previous code's
+/// string followed by one more byte, and those sit next to each other in the output. Each
+/// code then costs one `copy_within` instead of a walk down a prefix chain. A corrupt code
+/// ends decoding with what was produced, as libtiff does.
+fn unlzw_msb(input: &[u8], out: &mut [u8]) -> Produced {
+    const CLEAR: usize = 256;
+    const EOI: usize = 257;
+    let mut pos = [0u32; 4096];
+    let mut len = [0u32; 4096];
+    let mut next = 258usize;
+    let mut width = 9u32;
+    // Where and how long the previous code's string was written.
+    let mut prev: Option<(usize, usize)> = None;
+    let (mut acc, mut nbits, mut i) = (0u64, 0u32, 0usize);
+    let mut o = 0usize;
+    loop {
+        if nbits < width {
+            if let Some(four) = input.get(i..i + 4) {
+                acc = (acc << 32) | u32::from_be_bytes([four[0], four[1], four[2], four[3]]) as u64;
+                nbits += 32;
+                i += 4;
+            } else {
+                while nbits < width {
+                    let Some(&b) = input.get(i) else {
+                        return Ok(o);
+                    };
+                    acc = (acc << 8) | b as u64;
+                    nbits += 8;
+                    i += 1;
+                }
+            }
+        }
+        // Codes are at most 12 bits wide; the mask keeps table indexing check-free.
+        let code = ((acc >> (nbits - width)) & ((1 << width) - 1)) as usize & 4095;
+        nbits -= width;
+        if code == CLEAR {
+            next = 258;
+            width = 9;
+            prev = None;
+            continue;
+        }
+        if code == EOI || o >= out.len() {
+            return Ok(o);
+        }
+        let start = o;
+        if code < 256 {
+            out[o] = code as u8;
+            o += 1;
+        } else if code < next && prev.is_some() {
+            let (src, n) = (pos[code] as usize, len[code] as usize);
+            if n <= 16 && o + 16 <= out.len() {
+                // Short strings dominate: copy a fixed 16 bytes (the tail is rewritten later).
+                let mut chunk = [0u8; 16];
+                chunk.copy_from_slice(&out[src..src + 16]);
+                out[o..o + 16].copy_from_slice(&chunk);
+                o += n;
+            } else {
+                let n_fit = n.min(out.len() - o);
+                out.copy_within(src..src + n_fit, o);
+                o += n_fit;
+            }
+        } else if let (true, Some((p_start, p_len))) = (code == next, prev) {
+            // The string of the code being defined: previous string plus its first byte.
+            let n_fit = p_len.min(out.len() - o);
+            out.copy_within(p_start..p_start + n_fit, o);
+            o += n_fit;
+            if o < out.len() {
+                out[o] = out[p_start];
+                o += 1;
+            }
+        } else {
+            return if o > 0 {
+                Ok(o)
+            } else {
+                Err(format!("lzw: code {code} before it was defined"))
+            };
+        }
+        if let Some((p_start, p_len)) = prev
+            && next < 4096
+        {
+            // The new entry: previous string followed by this string's first byte, which
+            // is exactly what the output holds from the previous string's start.
+            pos[next] = p_start as u32;
+            len[next] = p_len as u32 + 1;
+            next += 1;
+            // TIFF's "early change": the width grows one code before the table needs it.
+            if next + 1 >= (1 << width) && width < 12 {
+                width += 1;
+            }
+        }
+        prev = Some((start, o - start));
+    }
+}
+
+fn unlzw_old(input: &[u8], out: &mut [u8]) -> Produced {
     use weezl::{BitOrder, LzwStatus, decode::Decoder};
-    // libtiff's test for old-style (pre-6.0) LZW streams.
-    let old_style = input.len() >= 2 && input[0] == 0 && input[1] & 1 != 0;
-    let mut decoder = if old_style {
-        Decoder::new(BitOrder::Lsb, 8)
-    } else {
-        Decoder::with_tiff_size_switch(BitOrder::Msb, 8)
-    };
+    let mut decoder = Decoder::new(BitOrder::Lsb, 8);
     let (mut consumed_in, mut produced) = (0, 0);
     while produced < out.len() {
         let r = decoder.decode_bytes(&input[consumed_in..], &mut out[produced..]);
         consumed_in += r.consumed_in;
         produced += r.consumed_out;
         match r.status {
-            Ok(LzwStatus::Done) => break,
-            Ok(LzwStatus::NoProgress) => break,
+            Ok(LzwStatus::Done) | Ok(LzwStatus::NoProgress) => break,
             Ok(LzwStatus::Ok) => {}
-            Err(e) => {
-                // libtiff keeps what decoded before a bad code; so does GDAL.
-                if produced == 0 {
-                    return Err(format!("lzw: {e}"));
-                }
-                break;
-            }
+            Err(e) if produced == 0 => return Err(format!("lzw: {e}")),
+            Err(_) => break,
         }
     }
     Ok(produced)
@@ -277,6 +369,27 @@ mod tests {
         let mut out = [0u8; 10];
         assert_eq!(unpackbits(&[0x05, 1, 2], &mut out), Ok(2));
         assert_eq!(unpackbits(&[0xFE], &mut out), Ok(0));
+    }
+
+    #[test]
+    fn lzw_matches_weezl_on_tiff_streams() {
+        use weezl::{BitOrder, encode::Encoder};
+        let mut data: Vec<u8> = Vec::new();
+        for i in 0..20_000u32 {
+            data.push(((i / 7) % 13) as u8 ^ ((i % 251) as u8 & 0x3));
+        }
+        data.extend(std::iter::repeat_n(9u8, 5000)); // long runs exercise the KwKwK case
+        let encoded = Encoder::with_tiff_size_switch(BitOrder::Msb, 8).encode(&data).unwrap();
+        let mut out = vec![0u8; data.len()];
+        assert_eq!(unlzw(&encoded, &mut out), Ok(data.len()));
+        assert_eq!(out, data);
+        // A short output buffer is filled, not overrun.
+        let mut short = vec![0u8; 1000];
+        assert_eq!(unlzw(&encoded, &mut short), Ok(1000));
+        assert_eq!(&short[..], &data[..1000]);
+        // Garbage ends cleanly.
+        let mut junk = vec![0u8; 100];
+        let _ = unlzw(&[0xFF; 64], &mut junk);
     }
 
     #[test]

@@ -120,21 +120,49 @@ pub fn paste(level: &Level, index: usize, block: &[u8], req: &WindowRequest, ban
             Planar::Separate => continue,
         };
         for y in ys..ye {
-            let src_row = ((y - y0) * bw + (xs - x0)) * spp;
+            let src_start = ((y - y0) * bw + (xs - x0)) * spp * es;
+            let src_end = src_start + n * spp * es;
             let dst = ob * band_stride + ((y - row) * out.width + (xs - col)) * es;
-            if spp == 1 {
-                let s = src_row * es;
-                if s + n * es <= block.len() {
-                    out.data[dst..dst + n * es].copy_from_slice(&block[s..s + n * es]);
-                }
+            let (Some(src), Some(dst)) = (block.get(src_start..src_end), out.data.get_mut(dst..dst + n * es)) else {
                 continue;
-            }
-            for i in 0..n {
-                let s = (src_row + i * spp + sample) * es;
-                if s + es <= block.len() {
-                    out.data[dst + i * es..dst + (i + 1) * es].copy_from_slice(&block[s..s + es]);
+            };
+            copy_samples(src, dst, spp, sample, es);
+        }
+    }
+}
+
+/// Copies sample `sample` of every `spp`-sample pixel in `src` to consecutive `dst` slots.
+fn copy_samples(src: &[u8], dst: &mut [u8], spp: usize, sample: usize, es: usize) {
+    if spp == 1 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    fn typed<T: bytemuck::Pod>(src: &[u8], dst: &mut [u8], spp: usize, sample: usize) -> bool {
+        match (
+            bytemuck::try_cast_slice::<u8, T>(src),
+            bytemuck::try_cast_slice_mut::<u8, T>(dst),
+        ) {
+            (Ok(s), Ok(d)) => {
+                for (px, out) in s.chunks_exact(spp).zip(d.iter_mut()) {
+                    *out = px[sample];
                 }
+                true
             }
+            _ => false,
+        }
+    }
+    let done = match es {
+        1 => typed::<u8>(src, dst, spp, sample),
+        2 => typed::<u16>(src, dst, spp, sample),
+        4 => typed::<u32>(src, dst, spp, sample),
+        8 => typed::<u64>(src, dst, spp, sample),
+        16 => typed::<u128>(src, dst, spp, sample),
+        _ => false,
+    };
+    if !done {
+        for (i, out) in dst.chunks_exact_mut(es).enumerate() {
+            let s = (i * spp + sample) * es;
+            out.copy_from_slice(&src[s..s + es]);
         }
     }
 }
