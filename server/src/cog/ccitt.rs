@@ -166,9 +166,9 @@ mod tests {
 
     #[test]
     fn rle_rows_are_byte_aligned() {
-        // Row of 8 pixels: white run 8 = 10011, then black run 0 = 0000110111; padded.
+        // Row of 8 pixels: white run 8 = 10011 ends the row; padded to a byte.
         // Two identical rows.
-        let row_bits = "10011".to_string() + "0000110111";
+        let row_bits = "10011".to_string();
         let mut bits = String::new();
         for _ in 0..2 {
             bits.push_str(&row_bits);
