@@ -8,6 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
+use cogfeed_server::cog::ifd::ByteOrder;
 use cogfeed_server::cog::{Cog, MemoryReader, OpenOptions, RangeReader, WindowRequest};
 use cogfeed_server::storage::{StoreOptions, open_url};
 use common::{crop, fixtures, read_npy};
@@ -93,7 +94,7 @@ async fn check_fixture(entry: &Value, cog: &Cog) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fixture_matches_gdal_through_the_local_store() {
     let entries = manifest();
-    assert!(entries.len() >= 30, "fixture matrix shrank");
+    assert!(entries.len() >= 38, "fixture matrix shrank");
     for entry in &entries {
         let name = entry["name"].as_str().unwrap();
         let path = fixtures().join(format!("tif/{name}.tif"));
@@ -103,6 +104,18 @@ async fn every_fixture_matches_gdal_through_the_local_store() {
             cog.level(0).unwrap().dtype.npy_descr(),
             descr(entry["dtype"].as_str().unwrap())
         );
+        let parts: Vec<&str> = name.split('_').collect();
+        assert_eq!(cog.header().bigtiff, parts.contains(&"bigtiff"), "{name}: bigtiff");
+        assert_eq!(
+            cog.header().order == ByteOrder::Big,
+            parts.contains(&"be"),
+            "{name}: byte order"
+        );
+        if parts.contains(&"sparse") {
+            let l0 = cog.level(0).unwrap();
+            let empty = (0..l0.offsets.len()).filter(|&b| l0.block_range(b).is_none()).count();
+            assert!(empty > 0, "{name}: GDAL wrote no sparse blocks");
+        }
         let geo = &cog.header().geo;
         assert_eq!(geo.epsg, Some(32633), "{name}: epsg");
         let gt: Vec<f64> = entry["geotransform"]

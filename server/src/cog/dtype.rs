@@ -82,6 +82,25 @@ impl DType {
     }
 }
 
+/// One sample of `value` in `dtype` (integers saturate, NaN becomes 0 for them),
+/// native byte order. Used to fill sparse blocks and padding.
+pub fn fill_bytes(dtype: DType, value: f64) -> Vec<u8> {
+    match dtype {
+        DType::U8 => vec![value as u8],
+        DType::I8 => (value as i8).to_ne_bytes().to_vec(),
+        DType::U16 => (value as u16).to_ne_bytes().to_vec(),
+        DType::I16 => (value as i16).to_ne_bytes().to_vec(),
+        DType::U32 => (value as u32).to_ne_bytes().to_vec(),
+        DType::I32 => (value as i32).to_ne_bytes().to_vec(),
+        DType::U64 => (value as u64).to_ne_bytes().to_vec(),
+        DType::I64 => (value as i64).to_ne_bytes().to_vec(),
+        DType::F32 => (value as f32).to_ne_bytes().to_vec(),
+        DType::F64 => value.to_ne_bytes().to_vec(),
+        DType::C64 => [(value as f32).to_ne_bytes(), 0f32.to_ne_bytes()].concat(),
+        DType::C128 => [value.to_ne_bytes(), 0f64.to_ne_bytes()].concat(),
+    }
+}
+
 /// How samples are stored in the file, before conversion to a [`DType`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Storage {
@@ -153,5 +172,14 @@ mod tests {
         assert!(Storage { bits: 16, format: 1 }.is_native());
         assert!(!Storage { bits: 12, format: 1 }.is_native());
         assert!(!Storage { bits: 16, format: 3 }.is_native());
+    }
+
+    #[test]
+    fn fill_values() {
+        assert_eq!(fill_bytes(DType::U8, 255.0), vec![255]);
+        assert_eq!(fill_bytes(DType::I16, -9999.0), (-9999i16).to_ne_bytes().to_vec());
+        assert_eq!(fill_bytes(DType::U16, -1.0), vec![0, 0]);
+        assert!(f32::from_ne_bytes(fill_bytes(DType::F32, f64::NAN).try_into().unwrap()).is_nan());
+        assert_eq!(fill_bytes(DType::C64, 1.0).len(), 8);
     }
 }

@@ -218,8 +218,10 @@ impl Cog {
                 .zip(raw.par_iter())
                 .map(|(&b, data)| {
                     if data.is_empty() {
+                        // Sparse block: GDAL reads it as nodata when the file has one, else 0.
                         let s = decode::block_shape(lvl, b);
-                        Ok(vec![0u8; s.rows * s.cols * s.samples * lvl.dtype.size()])
+                        let one = dtype::fill_bytes(lvl.dtype, header.geo.nodata_value().unwrap_or(0.0));
+                        Ok(one.repeat(s.rows * s.cols * s.samples))
                     } else {
                         decode::decode_block(lvl, level, b, data)
                     }

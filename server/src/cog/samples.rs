@@ -3,8 +3,6 @@
 //! Works on one decompressed (and un-predicted) block at a time; rows of n-bit data start on
 //! byte boundaries, as TIFF requires.
 
-use half::f16;
-
 /// Reverses the bytes of every `width`-byte component (big-endian file to native).
 pub fn swap_components(buf: &mut [u8], width: usize) {
     if width > 1 {
@@ -63,14 +61,37 @@ pub fn widen_u24(stored: &[u8], big_endian: bool) -> Vec<u8> {
     out
 }
 
-/// Native-order IEEE half floats to native f32.
+/// Native-order IEEE half floats to native f32, bit for bit as GDAL widens them (NaN
+/// payloads kept as they are, not quieted).
 pub fn widen_f16(native: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(native.len() * 2);
     for c in native.chunks_exact(2) {
-        let v = f16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f32();
+        let v = f16_to_f32(u16::from_ne_bytes([c[0], c[1]]));
         out.extend_from_slice(&v.to_ne_bytes());
     }
     out
+}
+
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h >> 15) as u32) << 31;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let mant = (h & 0x3ff) as u32;
+    let bits = match (exp, mant) {
+        (0, 0) => sign,
+        (0, _) => {
+            // Subnormal: shift the mantissa up until its leading one is implicit.
+            let mut m = mant;
+            let mut e: u32 = 127 - 15 + 1;
+            while m & 0x400 == 0 {
+                m <<= 1;
+                e -= 1;
+            }
+            sign | (e << 23) | ((m & 0x3ff) << 13)
+        }
+        (31, _) => sign | 0x7f80_0000 | (mant << 13),
+        _ => sign | ((exp + 127 - 15) << 23) | (mant << 13),
+    };
+    f32::from_bits(bits)
 }
 
 /// 24-bit floats (1 sign, 7 exponent bits biased by 63, 16 mantissa bits) to native f32;
@@ -151,7 +172,12 @@ mod tests {
 
     #[test]
     fn half_floats() {
-        let out = widen_f16(&f16::from_f32(1.5).to_bits().to_ne_bytes());
-        assert_eq!(f32::from_ne_bytes([out[0], out[1], out[2], out[3]]), 1.5);
+        assert_eq!(f16_to_f32(0x3e00), 1.5);
+        assert_eq!(f16_to_f32(0xc000), -2.0);
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+        assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
+        assert_eq!(f16_to_f32(0x8000).to_bits(), 0x8000_0000);
+        // A signalling NaN keeps its payload (GDAL does not quiet it).
+        assert_eq!(f16_to_f32(0x7d00).to_bits(), 0x7fa0_0000);
     }
 }
