@@ -167,8 +167,8 @@ pub fn unzstd(input: &[u8], out: &mut [u8]) -> Produced {
         match d.decompress_to_buffer(input, out) {
             Ok(n) => Ok(n),
             Err(_) => {
-                // Either corrupt, or more data than the block holds: decode fully to tell.
-                let full = zstd::stream::decode_all(input).map_err(|e| format!("zstd: {e}"))?;
+                // Either corrupt, or more data than the block holds: stream it to tell.
+                let full = unzstd_bounded(input, out.len())?;
                 let n = full.len().min(out.len());
                 out[..n].copy_from_slice(&full[..n]);
                 Ok(n)
@@ -177,9 +177,43 @@ pub fn unzstd(input: &[u8], out: &mut [u8]) -> Produced {
     })
 }
 
-/// Zstandard of unknown decompressed size.
-pub fn unzstd_unknown(input: &[u8]) -> Result<Vec<u8>, String> {
-    zstd::stream::decode_all(input).map_err(|e| format!("zstd: {e}"))
+/// Zstandard of unknown decompressed size (at most `limit` bytes). Single-frame streams that
+/// declare their size (libtiff writes them so) decode in one call into an exact buffer.
+pub fn unzstd_unknown(input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+    if let Ok(Some(size)) = zstd::zstd_safe::get_frame_content_size(input)
+        && size as usize <= limit
+    {
+        let mut out = Vec::with_capacity(size as usize);
+        let done = ZSTD.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            if cell.is_none() {
+                *cell = zstd::bulk::Decompressor::new().ok();
+            }
+            cell.as_mut().map(|d| d.decompress_to_buffer(input, &mut out))
+        });
+        if let Some(Ok(n)) = done
+            && n == size as usize
+        {
+            return Ok(out);
+        }
+    }
+    let out = unzstd_bounded(input, limit)?;
+    if out.len() > limit {
+        return Err(format!("zstd: more than {limit} bytes"));
+    }
+    Ok(out)
+}
+
+/// Streams a Zstandard input, keeping at most `limit + 1` bytes (a bomb cannot grow memory).
+fn unzstd_bounded(input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let decoder = zstd::stream::read::Decoder::new(input).map_err(|e| format!("zstd: {e}"))?;
+    let mut out = Vec::new();
+    decoder
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("zstd: {e}"))?;
+    Ok(out)
 }
 
 /// TIFF LZW into `out`: the modern MSB-first variant with early change is decoded here, the

@@ -148,7 +148,7 @@ pub fn decode_lerc(data: &[u8], extra: u64, dtype: DType, shape: BlockShape, lim
             &unpacked
         }
         2 => {
-            unpacked = codec::unzstd_unknown(data)?;
+            unpacked = codec::unzstd_unknown(data, limit)?;
             &unpacked
         }
         other => return Err(format!("lerc: unknown additional compression {other}")),
