@@ -1,8 +1,15 @@
-//! The `cogfeed.v1` gRPC protocol crate.
-//!
-//! Holds the `.proto` files and their generated code once the daemon exists (service
-//! `Feed`: ListDatasets, DescribeDataset, StreamBatches, ReadWindow). It has no logic and
-//! never will; today it only fixes the protocol's package name.
+//! The `cogfeed.v1` gRPC protocol: generated messages, the `Feed` client and server, and
+//! the file descriptor set for gRPC reflection. No logic lives here.
+
+#![allow(clippy::all, missing_docs)]
+
+/// Generated code for package `cogfeed.v1`.
+pub mod v1 {
+    tonic::include_proto!("cogfeed.v1");
+
+    /// Encoded file descriptor set, for `tonic-reflection`.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cogfeed_v1_descriptor");
+}
 
 /// The protobuf package every cogfeed message lives in.
 pub const PACKAGE: &str = "cogfeed.v1";

@@ -1,13 +1,24 @@
-//! cogfeed server library: the COG reader, object-store access and (later) the daemon.
+//! cogfeed server library: the COG reader, object-store access and the batch daemon.
 //!
-//! Module map (dependencies point down only): `storage` turns URLs into range readers,
-//! `cog` reads TIFF/COG headers and windows through them, `npy` writes arrays for the CLI,
+//! Module map (dependencies point down only): `app` builds everything from `config` and
+//! serves `service`; `service` validates requests and runs `pipeline`; `pipeline` turns a
+//! `sampler` plan into batches through the tile `cache`; `catalog` opens datasets through
+//! `storage` and `cog`; `cog` is the format code behind its own range-reader trait;
 //! `error` is the crate error with its code set.
 
+pub mod app;
+pub mod cache;
+pub mod catalog;
 pub mod cog;
+pub mod config;
+pub mod demo;
 pub mod error;
 pub mod inspect;
 pub mod npy;
+pub mod pipeline;
+pub mod rng;
+pub mod sampler;
+pub mod service;
 pub mod storage;
 
 pub use error::{Error, ErrorCode, Result};

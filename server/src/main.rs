@@ -7,7 +7,9 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 
+use cogfeed_server::app::App;
 use cogfeed_server::cog::{Cog, OpenOptions, RangeReader, WindowRequest};
+use cogfeed_server::config::Config;
 use cogfeed_server::npy::write_npy;
 use cogfeed_server::storage::{StoreOptions, open_url};
 use cogfeed_server::{Error, inspect};
@@ -26,6 +28,26 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve training batches over gRPC. Without --config: the embedded demo dataset.
+    Serve {
+        /// TOML configuration file.
+        #[arg(long, env = "COGFEED_CONFIG")]
+        config: Option<std::path::PathBuf>,
+        /// gRPC listen address (overrides the file).
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        /// Metrics listen address (overrides the file).
+        #[arg(long)]
+        metrics_listen: Option<std::net::SocketAddr>,
+        /// Where the embedded demo dataset is written (without --config).
+        #[arg(long, env = "COGFEED_DATA_DIR")]
+        data_dir: Option<std::path::PathBuf>,
+    },
+    /// Write the demo dataset (tiled COGs with labels) into DIR.
+    DemoData {
+        /// Target directory.
+        dir: std::path::PathBuf,
+    },
     /// Print a file's layout, codec, overviews and georeferencing as JSON.
     Inspect {
         /// s3://, az://, gs://, http(s)://, file:// URL or a local path.
@@ -80,8 +102,67 @@ async fn open(url: &str, prefix_bytes: u64) -> anyhow::Result<Cog> {
     Ok(Cog::open(reader, options).await.map_err(|e| Error::tiff(url, e))?)
 }
 
+fn default_data_dir() -> std::path::PathBuf {
+    match std::env::var_os("HOME") {
+        Some(home) => std::path::PathBuf::from(home).join(".local/share/cogfeed/demo"),
+        None => std::path::PathBuf::from("cogfeed-demo"),
+    }
+}
+
+async fn serve(
+    config: Option<std::path::PathBuf>,
+    listen: Option<std::net::SocketAddr>,
+    metrics_listen: Option<std::net::SocketAddr>,
+    data_dir: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    let mut cfg = match config {
+        Some(path) => Config::load(&path)?,
+        None => {
+            let dir = data_dir.unwrap_or_else(default_data_dir);
+            cogfeed_server::demo::write_demo(&dir)
+                .with_context(|| format!("cannot write demo data to {}", dir.display()))?;
+            eprintln!(
+                "no --config: serving the demo dataset in {} (local files, no credentials)",
+                dir.display()
+            );
+            Config::demo(&dir)
+        }
+    };
+    if let Some(a) = listen {
+        cfg.server.listen = a;
+    }
+    if let Some(a) = metrics_listen {
+        cfg.server.metrics_listen = a;
+    }
+    let listener = tokio::net::TcpListener::bind(cfg.server.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cfg.server.listen))?;
+    let addr = listener.local_addr()?;
+    let app = App::build(cfg).await?;
+    for d in app.catalog.all() {
+        eprintln!("dataset {}: {} scenes, version {}", d.name, d.scenes.len(), d.version);
+    }
+    eprintln!("grpc listening on http://{addr}");
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("shutting down");
+    };
+    app.serve(listener, shutdown).await?;
+    Ok(())
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Serve {
+            config,
+            listen,
+            metrics_listen,
+            data_dir,
+        } => serve(config, listen, metrics_listen, data_dir).await?,
+        Command::DemoData { dir } => {
+            let paths = cogfeed_server::demo::write_demo(&dir)?;
+            println!("wrote {} scenes with labels to {}", paths.len(), dir.display());
+        }
         Command::Inspect { url, prefix_bytes } => {
             let cog = open(&url, prefix_bytes).await?;
             println!("{}", serde_json::to_string_pretty(&inspect::report(&cog))?);
@@ -145,6 +226,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -6,6 +6,7 @@
 //! `object_store` builders. Every store gets retries with exponential backoff and a
 //! per-request timeout. No credential is ever part of an error message.
 
+pub mod registry;
 pub mod url;
 
 use std::ops::Range;
@@ -19,6 +20,7 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 
 use crate::cog::{Prefix, RangeReader, ReadError};
 use crate::error::Result;
+pub use registry::{StoreStats, Stores};
 pub use url::{Location, Scheme};
 
 /// Timeouts and retries applied to every store.
@@ -121,12 +123,18 @@ pub fn open_url(url: &str, options: &StoreOptions) -> Result<Arc<ObjectReader>> 
 pub struct ObjectReader {
     store: Arc<dyn ObjectStore>,
     location: Location,
+    stats: Arc<StoreStats>,
 }
 
 impl ObjectReader {
     /// Reads `location` through `store` (which must be the store for its container).
     pub fn new(store: Arc<dyn ObjectStore>, location: Location) -> Self {
-        Self { store, location }
+        Self::with_stats(store, location, Arc::new(StoreStats::default()))
+    }
+
+    /// Like [`ObjectReader::new`], counting requests into `stats`.
+    pub fn with_stats(store: Arc<dyn ObjectStore>, location: Location, stats: Arc<StoreStats>) -> Self {
+        Self { store, location, stats }
     }
 
     /// The object's path inside its store.
@@ -156,6 +164,7 @@ impl RangeReader for ObjectReader {
 
     fn read_prefix(&self, len: u64) -> BoxFuture<'_, Result<Prefix, ReadError>> {
         Box::pin(async move {
+            self.stats.record_get();
             let options = GetOptions {
                 range: Some(GetRange::Bounded(0..len.max(1))),
                 ..Default::default()
@@ -179,6 +188,7 @@ impl RangeReader for ObjectReader {
             let object_size = result.meta.size;
             let version = result.meta.e_tag.clone();
             let bytes = result.bytes().await.map_err(read_error)?;
+            self.stats.record_bytes(bytes.len());
             Ok(Prefix {
                 bytes,
                 object_size,

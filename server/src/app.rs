@@ -1,0 +1,104 @@
+//! Builds the daemon from a `Config` and serves it: gRPC (Feed, health, reflection) on one
+//! listener until the shutdown future resolves.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use cogfeed_proto::v1::feed_server::FeedServer;
+
+use crate::cache::{HeaderCache, TileCache};
+use crate::catalog::Catalog;
+use crate::cog::OpenOptions;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::service::FeedService;
+use crate::storage::{StoreOptions, Stores};
+
+/// Largest gRPC message either way (a batch of 256 patches of 4x512x512 float32 is 1 GiB).
+pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
+
+/// A built daemon: catalog opened, caches ready.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub catalog: Arc<Catalog>,
+    pub cache: TileCache,
+    pub headers: HeaderCache,
+    pub stores: Arc<Stores>,
+    pub config: Config,
+}
+
+impl App {
+    /// Opens every dataset of `config`.
+    pub async fn build(config: Config) -> Result<Self> {
+        config.validate()?;
+        let s = &config.store;
+        let secs = |v: f64, what: &str| {
+            if v.is_finite() && v > 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(Error::InvalidArgument(format!("config: store.{what} must be positive")))
+            }
+        };
+        let stores = Arc::new(Stores::new(StoreOptions {
+            request_timeout: secs(s.request_timeout_secs, "request_timeout_secs")?,
+            connect_timeout: secs(s.connect_timeout_secs, "connect_timeout_secs")?,
+            max_retries: s.max_retries,
+            retry_timeout: Duration::from_secs(60),
+        }));
+        let headers = HeaderCache::new(config.cache.header_entries);
+        let options = OpenOptions {
+            prefix_bytes: s.header_prefix_bytes.max(16),
+            ..Default::default()
+        };
+        let catalog = Arc::new(Catalog::build(&config.datasets, &stores, &headers, &options).await?);
+        Ok(Self {
+            catalog,
+            cache: TileCache::new(config.cache.capacity_bytes),
+            headers,
+            stores,
+            config,
+        })
+    }
+
+    /// The gRPC service over this app's state.
+    pub fn service(&self) -> FeedService {
+        FeedService {
+            catalog: self.catalog.clone(),
+            cache: self.cache.clone(),
+            limits: self.config.limits.clone(),
+            streams: Arc::new(Semaphore::new(self.config.limits.max_streams)),
+        }
+    }
+
+    /// Serves gRPC on `listener` until `shutdown` resolves.
+    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+        let (health_reporter, health) = tonic_health::server::health_reporter();
+        health_reporter.set_serving::<FeedServer<FeedService>>().await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(cogfeed_proto::v1::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| Error::InvalidArgument(format!("reflection: {e}")))?;
+        let feed = FeedServer::new(self.service())
+            .max_decoding_message_size(1 << 20)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        tonic::transport::Server::builder()
+            .initial_stream_window_size(Some(8 << 20))
+            .initial_connection_window_size(Some(32 << 20))
+            .max_frame_size(Some((1 << 20) - 1))
+            .tcp_nodelay(true)
+            .add_service(health)
+            .add_service(reflection)
+            .add_service(feed)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+            .await
+            .map_err(|e| Error::Io {
+                context: "grpc server".into(),
+                source: std::io::Error::other(e.to_string()),
+            })
+    }
+}

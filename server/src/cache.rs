@@ -1,0 +1,154 @@
+//! The shared caches: decoded tiles (by bytes) and opened headers (by object).
+//!
+//! One tile cache serves every stream and job. Keys carry the object's version (ETag, or
+//! size when the store has none), so a replaced object never mixes old and new tiles.
+//! `try_get_with` gives single-flight: concurrent requests for one missing tile cause one
+//! range GET and one decode; the others wait for it. moka weights are u32, so tiles are
+//! weighed in KiB and caches larger than 4 GiB work.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::cog::{Cog, TiffError, TiffResult};
+
+/// Identity of one decoded block.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TileKey {
+    /// Object URL.
+    pub object: Arc<str>,
+    /// Object version (ETag or size).
+    pub version: Arc<str>,
+    pub level: u32,
+    pub block: u32,
+}
+
+/// A decoded block, shared by every reader.
+pub type Tile = Arc<Vec<u8>>;
+
+/// Cache counters.
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    /// Requests that waited for another request's load of the same tile.
+    pub coalesced: AtomicU64,
+}
+
+/// The decoded-tile cache.
+#[derive(Clone)]
+pub struct TileCache {
+    cache: moka::future::Cache<TileKey, Tile>,
+    stats: Arc<CacheStats>,
+}
+
+impl std::fmt::Debug for TileCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TileCache")
+            .field("entries", &self.cache.entry_count())
+            .finish()
+    }
+}
+
+impl TileCache {
+    /// A cache holding about `capacity_bytes` of decoded tiles.
+    pub fn new(capacity_bytes: u64) -> Self {
+        let cache = moka::future::Cache::builder()
+            .max_capacity(capacity_bytes / 1024)
+            .weigher(|_k: &TileKey, v: &Tile| (v.len() / 1024).clamp(1, u32::MAX as usize) as u32)
+            .build();
+        Self {
+            cache,
+            stats: Arc::new(CacheStats::default()),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &CacheStats {
+        &self.stats
+    }
+
+    /// Bytes held (approximately; moka applies weights asynchronously).
+    pub fn weighted_kib(&self) -> u64 {
+        self.cache.weighted_size()
+    }
+
+    /// Block `block` of `level` of `cog`, from the cache or loaded once.
+    pub async fn get(
+        &self,
+        cog: &Cog,
+        version: &Arc<str>,
+        object: &Arc<str>,
+        level: usize,
+        block: usize,
+    ) -> TiffResult<Tile> {
+        let key = TileKey {
+            object: object.clone(),
+            version: version.clone(),
+            level: level as u32,
+            block: block as u32,
+        };
+        if let Some(tile) = self.cache.get(&key).await {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(tile);
+        }
+        let loaded = AtomicBool::new(false);
+        let result = self
+            .cache
+            .try_get_with(key, async {
+                loaded.store(true, Ordering::Relaxed);
+                let raw = cog.fetch_blocks(level, &[block]).await?;
+                let mut decoded = cog.decode_blocks(level, vec![block], raw).await?;
+                let tile = decoded
+                    .pop()
+                    .ok_or_else(|| TiffError::Internal("no block decoded".into()))?;
+                Ok::<_, TiffError>(Arc::new(tile))
+            })
+            .await
+            .map_err(|e: Arc<TiffError>| (*e).clone());
+        if loaded.load(Ordering::Relaxed) {
+            self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+}
+
+/// Opened headers by object URL and version, so scenes shared by datasets open once.
+#[derive(Clone)]
+pub struct HeaderCache {
+    cache: moka::future::Cache<Arc<str>, Cog>,
+}
+
+impl std::fmt::Debug for HeaderCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeaderCache")
+            .field("entries", &self.cache.entry_count())
+            .finish()
+    }
+}
+
+impl HeaderCache {
+    /// A cache of at most `entries` headers.
+    pub fn new(entries: u64) -> Self {
+        Self {
+            cache: moka::future::Cache::new(entries),
+        }
+    }
+
+    /// The header of `url`, opened with `open` on a miss (single-flight).
+    pub async fn get_or_open<F>(&self, url: &str, open: F) -> TiffResult<Cog>
+    where
+        F: std::future::Future<Output = TiffResult<Cog>>,
+    {
+        self.cache
+            .try_get_with(Arc::from(url), open)
+            .await
+            .map_err(|e: Arc<TiffError>| (*e).clone())
+    }
+
+    /// Forgets `url` (its object changed).
+    pub async fn invalidate(&self, url: &str) {
+        self.cache.invalidate(url).await;
+    }
+}

@@ -1,0 +1,202 @@
+//! The batch pipeline of one stream: plan → tiles (shared cache) → patches → transform →
+//! batch → bounded queue.
+//!
+//! Samples are loaded with an ordered, bounded look-ahead (`buffered`), so concurrency never
+//! changes what a client receives; stitching and transforms run on the CPU pool; the queue
+//! towards the client holds at most `queue` batches, so a slow client never grows server
+//! memory beyond it. When the client goes away the queue closes and the task ends, dropping
+//! everything in flight.
+
+pub mod patch;
+pub mod transform;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+use crate::cache::TileCache;
+use crate::catalog::Dataset;
+use crate::cog::{TiffError, on_cpu_pool};
+use crate::error::Error;
+use crate::sampler::{Plan, Share, WindowSpec};
+use transform::{Orientation, Transform, cast_plane, orient};
+
+/// A dense little-endian array.
+#[derive(Debug, Clone)]
+pub struct TensorOut {
+    pub dtype: &'static str,
+    pub shape: Vec<i64>,
+    pub data: Bytes,
+}
+
+/// One batch, ready for the wire.
+#[derive(Debug, Clone)]
+pub struct BatchOut {
+    pub epoch: u64,
+    pub index: u64,
+    pub cursor: u64,
+    pub batches_in_epoch: u64,
+    pub image: TensorOut,
+    pub label: Option<TensorOut>,
+    pub windows: Vec<WindowSpec>,
+}
+
+/// Everything one stream needs.
+#[derive(Debug, Clone)]
+pub struct StreamJob {
+    pub dataset: Arc<Dataset>,
+    pub plan: Arc<Plan>,
+    pub share: Share,
+    pub epoch: u64,
+    pub bands: Vec<usize>,
+    pub labels: bool,
+    pub transform: Transform,
+    pub max_batches: u64,
+    /// Samples loaded ahead of the one being batched.
+    pub prefetch: usize,
+}
+
+impl StreamJob {
+    /// Batches this stream will send.
+    pub fn batch_count(&self) -> u64 {
+        let n = self.share.batches();
+        if self.max_batches > 0 {
+            n.min(self.max_batches)
+        } else {
+            n
+        }
+    }
+}
+
+/// One transformed sample.
+struct Sample {
+    image: Vec<u8>,
+    label: Option<Vec<u8>>,
+    window: WindowSpec,
+}
+
+async fn load_sample(job: &StreamJob, cache: &TileCache, i: u64) -> Result<Sample, Error> {
+    let ds = &job.dataset;
+    let window = job.plan.window(i);
+    let scene = &ds.scenes[window.scene as usize];
+    let image = patch::fetch_region(
+        cache,
+        &scene.cog,
+        &scene.url,
+        &scene.version,
+        window,
+        &job.bands,
+        ds.fill,
+    )
+    .await
+    .map_err(|e| Error::tiff(scene.url.as_ref(), e))?;
+    let label = match (&scene.label, job.labels) {
+        (Some(l), true) => Some(
+            patch::fetch_region(cache, &l.cog, &l.url, &l.version, window, &[0], 0.0)
+                .await
+                .map_err(|e| Error::tiff(l.url.as_ref(), e))?,
+        ),
+        _ => None,
+    };
+    let transform = job.transform.clone();
+    let key = job.plan.augment_key(i);
+    let object = scene.url.clone();
+    on_cpu_pool(move || {
+        let raster = image.assemble();
+        let (h, w) = (raster.height, raster.width);
+        let o = if transform.augment {
+            Orientation::from_key(key, h == w)
+        } else {
+            Orientation::NONE
+        };
+        let es = raster.dtype.size();
+        let plane_len = h * w * es;
+        let mut out = Vec::with_capacity(raster.bands * h * w * transform.out.size(raster.dtype));
+        for b in 0..raster.bands {
+            let plane = &raster.data[b * plane_len..(b + 1) * plane_len];
+            let oriented = if o == Orientation::NONE {
+                None
+            } else {
+                Some(orient(plane, h, w, es, o))
+            };
+            let norm = transform.normalize.as_ref().and_then(|n| n.get(b).copied());
+            cast_plane(
+                raster.dtype,
+                oriented.as_deref().unwrap_or(plane),
+                transform.out,
+                norm,
+                &mut out,
+            );
+        }
+        let label = label.map(|l| {
+            let r = l.assemble();
+            orient(&r.data, r.height, r.width, r.dtype.size(), o)
+        });
+        Sample {
+            image: out,
+            label,
+            window,
+        }
+    })
+    .await
+    .map_err(|e: TiffError| Error::tiff(object.as_ref(), e))
+}
+
+/// Runs the stream: sends each batch (or the error that ended it) into `tx`.
+pub async fn run(job: StreamJob, cache: TileCache, tx: mpsc::Sender<Result<BatchOut, Error>>) {
+    let batches = job.batch_count();
+    let b = job.share.batch as usize;
+    let samples = (0..batches).flat_map(|k| job.share.samples(k));
+    let job_ref = &job;
+    let cache_ref = &cache;
+    let mut loaded = futures::stream::iter(samples)
+        .map(|i| load_sample(job_ref, cache_ref, i))
+        .buffered(job.prefetch.max(1));
+    let ds = &job.dataset;
+    let out = job.transform.out;
+    let (c, p) = (job.bands.len() as i64, job.plan.window(0).width as i64);
+    for k in 0..batches {
+        let mut image = Vec::with_capacity(b * c as usize * (p * p) as usize * out.size(ds.dtype));
+        let mut label = job.labels.then(Vec::new);
+        let mut windows = Vec::with_capacity(b);
+        for _ in 0..b {
+            let sample = match loaded.next().await {
+                Some(Ok(s)) => s,
+                Some(Err(e)) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+                None => return,
+            };
+            image.extend_from_slice(&sample.image);
+            if let (Some(all), Some(one)) = (label.as_mut(), sample.label) {
+                all.extend_from_slice(&one);
+            }
+            windows.push(sample.window);
+        }
+        let label_dtype = ds.label_dtype.map(|d| d.name()).unwrap_or("uint8");
+        let batch = BatchOut {
+            epoch: job.epoch,
+            index: k,
+            cursor: job.share.cursor_after(k),
+            batches_in_epoch: job.share.batches(),
+            image: TensorOut {
+                dtype: out.name(ds.dtype),
+                shape: vec![b as i64, c, p, p],
+                data: Bytes::from(image),
+            },
+            label: label.map(|l| TensorOut {
+                dtype: label_dtype,
+                shape: vec![b as i64, p, p],
+                data: Bytes::from(l),
+            }),
+            windows,
+        };
+        if tx.send(Ok(batch)).await.is_err() {
+            // The client went away.
+            return;
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! Window plans: which window is the i-th sample of an epoch, and which samples a rank gets.
+//!
+//! Pure and deterministic: a plan is a function of (scene sizes, sampler, patch size,
+//! stride, level, seed, epoch); nothing is materialised, so an epoch of 10^9 samples costs
+//! no memory.
+//! - `aligned`: windows on the scene's tile grid (patch = k x k tiles, whole windows only),
+//!   visited in a seeded permutation (a keyed Feistel network with cycle walking).
+//! - `random`: `samples_per_epoch` draws, uniform over every valid pixel offset of every
+//!   scene.
+//! - `grid`: a stride cover of every scene in scene/row/column order; windows that run past
+//!   the right or bottom edge are padded with the fill value.
+//!
+//! Ranks: rank r of W takes, at each global step of `B x W` samples, the r-th run of `B`.
+//! Every rank gets `floor((N - cursor) / (B x W))` batches (the tail of fewer than `B x W`
+//! samples is dropped, so no DDP rank waits at the epoch end). The cursor is a global
+//! sample offset, so a job can resume with another world size.
+
+use crate::rng;
+
+/// The kind of sampler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SamplerKind {
+    Aligned,
+    Random,
+    Grid,
+}
+
+/// One window of one scene.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSpec {
+    pub scene: u32,
+    pub col: u64,
+    pub row: u64,
+    pub width: u32,
+    pub height: u32,
+    pub level: u32,
+    /// Part of the window lies outside the scene.
+    pub padded: bool,
+}
+
+/// Geometry of one scene at the plan's level.
+#[derive(Debug, Clone, Copy)]
+pub struct SceneGrid {
+    pub width: u64,
+    pub height: u64,
+    pub block_width: u64,
+    pub block_height: u64,
+}
+
+/// Everything a plan depends on.
+#[derive(Debug, Clone)]
+pub struct PlanSpec {
+    pub kind: SamplerKind,
+    pub patch: u32,
+    pub stride: u32,
+    pub level: u32,
+    pub seed: u64,
+    pub epoch: u64,
+    pub samples_per_epoch: u64,
+}
+
+/// The samples of one epoch.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    spec: PlanSpec,
+    scenes: Vec<SceneGrid>,
+    /// Cumulative window (or position) counts per scene.
+    cumulative: Vec<u64>,
+    len: u64,
+    permutation: Option<Feistel>,
+}
+
+impl Plan {
+    /// Builds a plan, or says why the parameters do not fit the scenes.
+    pub fn new(spec: PlanSpec, scenes: Vec<SceneGrid>) -> Result<Self, String> {
+        let p = spec.patch as u64;
+        if p == 0 {
+            return Err("patch_size must be positive".into());
+        }
+        if scenes.is_empty() {
+            return Err("dataset has no scenes".into());
+        }
+        let mut cumulative = Vec::with_capacity(scenes.len());
+        let mut total = 0u64;
+        for (i, s) in scenes.iter().enumerate() {
+            let count = match spec.kind {
+                SamplerKind::Aligned => {
+                    if !p.is_multiple_of(s.block_width) || !p.is_multiple_of(s.block_height) {
+                        return Err(format!(
+                            "aligned windows need a patch size that is a multiple of the {}x{} tile size (scene {i})",
+                            s.block_width, s.block_height
+                        ));
+                    }
+                    (s.width / p) * (s.height / p)
+                }
+                SamplerKind::Random => {
+                    if p > s.width || p > s.height {
+                        return Err(format!(
+                            "patch size {p} is larger than scene {i} ({}x{} at level {})",
+                            s.width, s.height, spec.level
+                        ));
+                    }
+                    (s.width - p + 1) * (s.height - p + 1)
+                }
+                SamplerKind::Grid => {
+                    let stride = spec.stride as u64;
+                    if stride == 0 {
+                        return Err("stride must be positive".into());
+                    }
+                    grid_steps(s.width, p, stride) * grid_steps(s.height, p, stride)
+                }
+            };
+            total = total.saturating_add(count);
+            cumulative.push(total);
+        }
+        if total == 0 {
+            return Err(format!(
+                "patch size {p} yields no window in any scene at level {}",
+                spec.level
+            ));
+        }
+        let len = match spec.kind {
+            SamplerKind::Random => {
+                if spec.samples_per_epoch > 0 {
+                    spec.samples_per_epoch
+                } else {
+                    // As many draws as there are non-overlapping patches.
+                    scenes
+                        .iter()
+                        .map(|s| (s.width / p) * (s.height / p))
+                        .sum::<u64>()
+                        .max(1)
+                }
+            }
+            _ => total,
+        };
+        let permutation =
+            (spec.kind == SamplerKind::Aligned).then(|| Feistel::new(total, rng::key(&[spec.seed, spec.epoch, 0xA1])));
+        Ok(Self {
+            spec,
+            scenes,
+            cumulative,
+            len,
+            permutation,
+        })
+    }
+
+    /// Samples in the epoch.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for an empty epoch (never: `new` refuses those).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn locate(&self, n: u64) -> (usize, u64) {
+        let scene = self.cumulative.partition_point(|&c| c <= n);
+        let before = if scene == 0 { 0 } else { self.cumulative[scene - 1] };
+        (scene, n - before)
+    }
+
+    /// The `i`-th sample of the epoch (`i < len`).
+    pub fn window(&self, i: u64) -> WindowSpec {
+        let p = self.spec.patch as u64;
+        let (scene, col, row) = match self.spec.kind {
+            SamplerKind::Aligned => {
+                let n = self.permutation.as_ref().map_or(i, |f| f.apply(i));
+                let (scene, k) = self.locate(n);
+                let across = self.scenes[scene].width / p;
+                (scene, (k % across) * p, (k / across) * p)
+            }
+            SamplerKind::Random => {
+                let total = *self.cumulative.last().unwrap_or(&1);
+                let mut r = rng::Rng::new(rng::key(&[self.spec.seed, self.spec.epoch, i, 0xB2]));
+                let (scene, k) = self.locate(r.below(total));
+                let across = self.scenes[scene].width - p + 1;
+                (scene, k % across, k / across)
+            }
+            SamplerKind::Grid => {
+                let (scene, k) = self.locate(i);
+                let s = &self.scenes[scene];
+                let stride = self.spec.stride as u64;
+                let across = grid_steps(s.width, p, stride);
+                (scene, (k % across) * stride, (k / across) * stride)
+            }
+        };
+        let s = &self.scenes[scene];
+        WindowSpec {
+            scene: scene as u32,
+            col,
+            row,
+            width: self.spec.patch,
+            height: self.spec.patch,
+            level: self.spec.level,
+            padded: col + p > s.width || row + p > s.height,
+        }
+    }
+
+    /// Seed for the augmentation of sample `i`.
+    pub fn augment_key(&self, i: u64) -> u64 {
+        rng::key(&[self.spec.seed, self.spec.epoch, i, 0xC3])
+    }
+}
+
+/// Windows needed to cover `size` pixels with `patch`-wide windows every `stride` pixels.
+fn grid_steps(size: u64, patch: u64, stride: u64) -> u64 {
+    if size <= patch {
+        1
+    } else {
+        (size - patch).div_ceil(stride) + 1
+    }
+}
+
+/// Which global samples rank `rank` of `world` gets, in batches of `batch`, from `cursor`.
+#[derive(Debug, Clone, Copy)]
+pub struct Share {
+    pub batch: u64,
+    pub rank: u64,
+    pub world: u64,
+    pub cursor: u64,
+    pub epoch_len: u64,
+}
+
+impl Share {
+    /// Batches this rank gets.
+    pub fn batches(&self) -> u64 {
+        self.epoch_len.saturating_sub(self.cursor) / (self.batch * self.world)
+    }
+
+    /// Global sample indices of this rank's batch `k`.
+    pub fn samples(&self, k: u64) -> std::ops::Range<u64> {
+        let start = self.cursor + k * self.batch * self.world + self.rank * self.batch;
+        start..start + self.batch
+    }
+
+    /// Global cursor after batch `k` (all ranks done with that step).
+    pub fn cursor_after(&self, k: u64) -> u64 {
+        self.cursor + (k + 1) * self.batch * self.world
+    }
+}
+
+/// A keyed bijection of `0..n` (4-round Feistel on the next even bit width, cycle walking).
+#[derive(Debug, Clone)]
+struct Feistel {
+    n: u64,
+    half_bits: u32,
+    keys: [u64; 4],
+}
+
+impl Feistel {
+    fn new(n: u64, seed: u64) -> Self {
+        let bits = 64 - n.max(2).saturating_sub(1).leading_zeros();
+        let half_bits = bits.div_ceil(2).max(1);
+        let keys = [0, 1, 2, 3].map(|r| rng::key(&[seed, r]));
+        Self { n, half_bits, keys }
+    }
+
+    fn round(&self, x: u64) -> u64 {
+        let mask = (1u64 << self.half_bits) - 1;
+        let (mut l, mut r) = (x >> self.half_bits, x & mask);
+        for k in self.keys {
+            let f = rng::mix(r ^ k) & mask;
+            (l, r) = (r, l ^ f);
+        }
+        (l << self.half_bits) | r
+    }
+
+    fn apply(&self, i: u64) -> u64 {
+        let mut x = self.round(i);
+        while x >= self.n {
+            x = self.round(x);
+        }
+        x
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn grid(w: u64, h: u64) -> SceneGrid {
+        SceneGrid {
+            width: w,
+            height: h,
+            block_width: 256,
+            block_height: 256,
+        }
+    }
+
+    fn spec(kind: SamplerKind, patch: u32) -> PlanSpec {
+        PlanSpec {
+            kind,
+            patch,
+            stride: patch,
+            level: 0,
+            seed: 7,
+            epoch: 0,
+            samples_per_epoch: 0,
+        }
+    }
+
+    #[test]
+    fn aligned_is_a_permutation_of_every_window() {
+        let plan = Plan::new(spec(SamplerKind::Aligned, 256), vec![grid(1024, 1024), grid(512, 768)]).unwrap();
+        assert_eq!(plan.len(), 16 + 6);
+        let mut seen: Vec<_> = (0..plan.len()).map(|i| plan.window(i)).collect();
+        assert!(seen.iter().all(|w| w.col % 256 == 0 && w.row % 256 == 0 && !w.padded));
+        let first: Vec<_> = seen.iter().take(5).cloned().collect();
+        seen.sort_by_key(|w| (w.scene, w.row, w.col));
+        seen.dedup();
+        assert_eq!(seen.len(), 22);
+        let other_epoch = Plan::new(
+            PlanSpec {
+                epoch: 1,
+                ..spec(SamplerKind::Aligned, 256)
+            },
+            vec![grid(1024, 1024), grid(512, 768)],
+        )
+        .unwrap();
+        let first_other: Vec<_> = (0..5).map(|i| other_epoch.window(i)).collect();
+        assert_ne!(first, first_other, "epochs are shuffled differently");
+    }
+
+    #[test]
+    fn grid_covers_with_padding() {
+        let plan = Plan::new(spec(SamplerKind::Grid, 300), vec![grid(1000, 600)]).unwrap();
+        assert_eq!(plan.len(), 4 * 2);
+        let last = plan.window(plan.len() - 1);
+        assert_eq!((last.col, last.row, last.padded), (900, 300, true));
+        assert!(!plan.window(0).padded);
+    }
+
+    #[test]
+    fn random_windows_fit() {
+        let plan = Plan::new(
+            PlanSpec {
+                samples_per_epoch: 500,
+                ..spec(SamplerKind::Random, 100)
+            },
+            vec![grid(300, 200)],
+        )
+        .unwrap();
+        for i in 0..500 {
+            let w = plan.window(i);
+            assert!(w.col + 100 <= 300 && w.row + 100 <= 200);
+        }
+        assert!(Plan::new(spec(SamplerKind::Random, 400), vec![grid(300, 200)]).is_err());
+        assert!(Plan::new(spec(SamplerKind::Aligned, 100), vec![grid(300, 200)]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn feistel_is_a_bijection(n in 1u64..3000, seed in any::<u64>()) {
+            let f = Feistel::new(n, seed);
+            let mut seen = vec![false; n as usize];
+            for i in 0..n {
+                let x = f.apply(i);
+                prop_assert!(x < n);
+                prop_assert!(!seen[x as usize]);
+                seen[x as usize] = true;
+            }
+        }
+
+        #[test]
+        fn ranks_partition_the_epoch(n in 1u64..500, batch in 1u64..9, world in 1u64..5, cursor_steps in 0u64..4) {
+            let cursor = (cursor_steps * batch * world).min(n);
+            let mut all = Vec::new();
+            let mut counts = Vec::new();
+            for rank in 0..world {
+                let s = Share { batch, rank, world, cursor, epoch_len: n };
+                counts.push(s.batches());
+                for k in 0..s.batches() {
+                    all.extend(s.samples(k));
+                }
+            }
+            prop_assert!(counts.iter().all(|&c| c == counts[0]), "equal batch counts");
+            let expected_len = (n - cursor) / (batch * world) * batch * world;
+            all.sort_unstable();
+            prop_assert_eq!(all.len() as u64, expected_len);
+            prop_assert!(all.windows(2).all(|w| w[0] + 1 == w[1]), "no gaps, no duplicates");
+            if let Some(&first) = all.first() { prop_assert_eq!(first, cursor); }
+        }
+
+        #[test]
+        fn resume_with_other_world_size_covers_the_rest(n in 10u64..400, batch in 1u64..6, w1 in 1u64..4, w2 in 1u64..4, steps in 0u64..3) {
+            // First run: `steps` global steps with world w1; then resume from its cursor with w2.
+            let first = Share { batch, rank: 0, world: w1, cursor: 0, epoch_len: n };
+            let steps = steps.min(first.batches());
+            let cursor = if steps == 0 { 0 } else { first.cursor_after(steps - 1) };
+            let mut seen: Vec<u64> = (0..cursor).collect();
+            for rank in 0..w2 {
+                let s = Share { batch, rank, world: w2, cursor, epoch_len: n };
+                for k in 0..s.batches() { seen.extend(s.samples(k)); }
+            }
+            seen.sort_unstable();
+            let before = seen.len();
+            seen.dedup();
+            prop_assert_eq!(before, seen.len(), "nothing repeated");
+            prop_assert!(n - (seen.len() as u64) < batch * w2, "only a tail smaller than one step is dropped");
+        }
+    }
+}

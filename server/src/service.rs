@@ -1,0 +1,392 @@
+//! The gRPC service `cogfeed.v1.Feed`: the only module that touches tonic and the generated
+//! protocol. Validates requests, runs pipelines, maps errors to statuses (once, here).
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use cogfeed_proto::v1 as pb;
+use cogfeed_proto::v1::feed_server::Feed;
+
+use crate::cache::TileCache;
+use crate::catalog::{Catalog, Dataset};
+use crate::config::LimitsConfig;
+use crate::error::{Error, ErrorCode};
+use crate::pipeline::transform::{OutType, Transform};
+use crate::pipeline::{self, BatchOut, StreamJob, TensorOut, patch};
+use crate::sampler::{Plan, PlanSpec, SamplerKind, SceneGrid, Share, WindowSpec};
+
+/// Maps a crate error onto a gRPC status; the message names dataset, object and tile.
+pub fn status(e: &Error) -> Status {
+    let msg = e.to_string();
+    match e.code() {
+        ErrorCode::InvalidArgument => Status::invalid_argument(msg),
+        ErrorCode::NotFound => Status::not_found(msg),
+        ErrorCode::FailedPrecondition => Status::failed_precondition(msg),
+        ErrorCode::DataLoss => Status::data_loss(msg),
+        ErrorCode::Unavailable => Status::unavailable(msg),
+        ErrorCode::ResourceExhausted => Status::resource_exhausted(msg),
+        ErrorCode::Internal => {
+            tracing::error!(error = %msg, "internal error");
+            Status::internal("internal error")
+        }
+    }
+}
+
+/// Shared state of the service.
+#[derive(Debug)]
+pub struct FeedService {
+    pub catalog: Arc<Catalog>,
+    pub cache: TileCache,
+    pub limits: LimitsConfig,
+    pub streams: Arc<Semaphore>,
+}
+
+fn invalid(msg: impl Into<String>) -> Status {
+    Status::invalid_argument(msg.into())
+}
+
+fn tensor(t: TensorOut) -> pb::Tensor {
+    pb::Tensor {
+        dtype: t.dtype.to_string(),
+        shape: t.shape,
+        data: t.data,
+    }
+}
+
+fn window_pb(w: &WindowSpec) -> pb::Window {
+    pb::Window {
+        scene: w.scene,
+        col: w.col,
+        row: w.row,
+        width: w.width,
+        height: w.height,
+        level: w.level,
+        padded: w.padded,
+    }
+}
+
+fn batch_pb(b: BatchOut) -> pb::Batch {
+    pb::Batch {
+        epoch: b.epoch,
+        index: b.index,
+        cursor: b.cursor,
+        image: Some(tensor(b.image)),
+        label: b.label.map(tensor),
+        windows: b.windows.iter().map(window_pb).collect(),
+        batches_in_epoch: b.batches_in_epoch,
+    }
+}
+
+impl FeedService {
+    fn dataset(&self, name: &str) -> Result<Arc<Dataset>, Status> {
+        self.catalog
+            .get(name)
+            .ok_or_else(|| Status::not_found(format!("dataset {name:?} not found")))
+    }
+
+    fn bands(ds: &Dataset, requested: &[u32]) -> Result<Vec<usize>, Status> {
+        if requested.is_empty() {
+            return Ok(ds.bands.clone());
+        }
+        let nbands = ds.scenes[0].cog.header().levels[0].bands;
+        requested
+            .iter()
+            .map(|&b| {
+                if b == 0 || b as usize > nbands {
+                    Err(invalid(format!(
+                        "band {b} of dataset {} (bands are 1..={nbands})",
+                        ds.name
+                    )))
+                } else {
+                    Ok(b as usize - 1)
+                }
+            })
+            .collect()
+    }
+
+    /// Validates a stream request into a job.
+    pub fn job(&self, r: &pb::StreamBatchesRequest) -> Result<StreamJob, Status> {
+        let ds = self.dataset(&r.dataset)?;
+        let kind = match pb::Sampler::try_from(r.sampler) {
+            Ok(pb::Sampler::Aligned) => SamplerKind::Aligned,
+            Ok(pb::Sampler::Grid) => SamplerKind::Grid,
+            Ok(pb::Sampler::Random) | Ok(pb::Sampler::Unspecified) => SamplerKind::Random,
+            Err(_) => return Err(invalid(format!("unknown sampler {}", r.sampler))),
+        };
+        if r.batch_size == 0 {
+            return Err(invalid("batch_size must be positive"));
+        }
+        if r.batch_size > self.limits.max_batch_size {
+            return Err(invalid(format!(
+                "batch_size {} exceeds the limit of {}",
+                r.batch_size, self.limits.max_batch_size
+            )));
+        }
+        if r.patch_size == 0 {
+            return Err(invalid("patch_size must be positive"));
+        }
+        if r.patch_size > self.limits.max_patch_size {
+            return Err(invalid(format!(
+                "patch_size {} exceeds the limit of {}",
+                r.patch_size, self.limits.max_patch_size
+            )));
+        }
+        let world = r.world_size.max(1) as u64;
+        if r.rank as u64 >= world {
+            return Err(invalid(format!("rank {} is not below world_size {world}", r.rank)));
+        }
+        let out = OutType::parse(&r.dtype).ok_or_else(|| {
+            invalid(format!(
+                "unknown dtype {:?} (native, float32, float16, bfloat16, uint8, uint16)",
+                r.dtype
+            ))
+        })?;
+        if r.normalize && !out.is_float() {
+            return Err(invalid("normalize needs a float dtype (float32, float16, bfloat16)"));
+        }
+        if r.level as usize >= ds.levels {
+            return Err(invalid(format!(
+                "level {} requested, dataset {} has levels 0..={}",
+                r.level,
+                ds.name,
+                ds.levels - 1
+            )));
+        }
+        if r.labels && ds.label_dtype.is_none() {
+            return Err(Status::failed_precondition(format!(
+                "dataset {} has no labels",
+                ds.name
+            )));
+        }
+        let bands = Self::bands(&ds, &r.bands)?;
+        let sample_bytes = bands.len() as u64 * (r.patch_size as u64).pow(2) * out.size(ds.dtype) as u64;
+        let batch_bytes = sample_bytes * r.batch_size as u64;
+        if batch_bytes > self.limits.max_batch_bytes {
+            return Err(invalid(format!(
+                "a batch would hold {batch_bytes} bytes, over the limit of {}",
+                self.limits.max_batch_bytes
+            )));
+        }
+        let grids: Vec<SceneGrid> = ds
+            .scenes
+            .iter()
+            .map(|s| {
+                let l = &s.cog.header().levels[r.level as usize];
+                SceneGrid {
+                    width: l.width,
+                    height: l.height,
+                    block_width: l.block_width,
+                    block_height: l.block_height,
+                }
+            })
+            .collect();
+        let spec = PlanSpec {
+            kind,
+            patch: r.patch_size,
+            stride: if r.stride == 0 { r.patch_size } else { r.stride },
+            level: r.level,
+            seed: r.seed,
+            epoch: r.epoch,
+            samples_per_epoch: r.samples_per_epoch,
+        };
+        let plan = Plan::new(spec, grids).map_err(|m| invalid(format!("dataset {}: {m}", ds.name)))?;
+        if r.cursor > plan.len() {
+            return Err(invalid(format!(
+                "cursor {} is past the end of the epoch ({} samples)",
+                r.cursor,
+                plan.len()
+            )));
+        }
+        let share = Share {
+            batch: r.batch_size as u64,
+            rank: r.rank as u64,
+            world,
+            cursor: r.cursor,
+            epoch_len: plan.len(),
+        };
+        let normalize = r.normalize.then(|| {
+            bands
+                .iter()
+                .map(|b| {
+                    let i = ds.bands.iter().position(|x| x == b);
+                    i.map_or((0.0, 1.0), |i| (ds.mean[i], ds.std[i]))
+                })
+                .collect()
+        });
+        // Enough samples in flight to hide store latency: two batches, within bounds.
+        let prefetch = if r.prefetch > 0 {
+            r.prefetch as usize
+        } else {
+            (2 * r.batch_size as usize).clamp(16, 256)
+        };
+        Ok(StreamJob {
+            dataset: ds,
+            plan: Arc::new(plan),
+            share,
+            epoch: r.epoch,
+            bands,
+            labels: r.labels,
+            transform: Transform {
+                out,
+                normalize,
+                augment: r.augment,
+            },
+            max_batches: r.max_batches,
+            prefetch,
+        })
+    }
+}
+
+type BatchStream = Pin<Box<dyn Stream<Item = Result<pb::Batch, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Feed for FeedService {
+    async fn list_datasets(
+        &self,
+        _: Request<pb::ListDatasetsRequest>,
+    ) -> Result<Response<pb::ListDatasetsResponse>, Status> {
+        let datasets = self
+            .catalog
+            .all()
+            .map(|d| pb::DatasetSummary {
+                name: d.name.clone(),
+                scenes: d.scenes.len() as u32,
+                labels: d.label_dtype.is_some(),
+                version: d.version.clone(),
+            })
+            .collect();
+        Ok(Response::new(pb::ListDatasetsResponse { datasets }))
+    }
+
+    async fn describe_dataset(
+        &self,
+        r: Request<pb::DescribeDatasetRequest>,
+    ) -> Result<Response<pb::DatasetInfo>, Status> {
+        let ds = self.dataset(&r.get_ref().dataset)?;
+        let scenes = ds
+            .scenes
+            .iter()
+            .map(|s| pb::SceneInfo {
+                index: s.index as u32,
+                name: s.name.clone(),
+                levels: s
+                    .cog
+                    .header()
+                    .levels
+                    .iter()
+                    .map(|l| pb::Level {
+                        width: l.width,
+                        height: l.height,
+                        block_width: l.block_width as u32,
+                        block_height: l.block_height as u32,
+                    })
+                    .collect(),
+                has_label: s.label.is_some(),
+            })
+            .collect();
+        Ok(Response::new(pb::DatasetInfo {
+            name: ds.name.clone(),
+            version: ds.version.clone(),
+            bands: ds.bands.iter().map(|b| *b as u32 + 1).collect(),
+            dtype: ds.dtype.name().to_string(),
+            labels: ds.label_dtype.is_some(),
+            label_dtype: ds.label_dtype.map(|d| d.name().to_string()).unwrap_or_default(),
+            fill: ds.fill,
+            mean: ds.mean.clone(),
+            std: ds.std.clone(),
+            scenes,
+        }))
+    }
+
+    type StreamBatchesStream = BatchStream;
+
+    async fn stream_batches(&self, r: Request<pb::StreamBatchesRequest>) -> Result<Response<BatchStream>, Status> {
+        let permit: OwnedSemaphorePermit = self.streams.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "too many concurrent streams (limit {})",
+                self.limits.max_streams
+            ))
+        })?;
+        let job = self.job(r.get_ref())?;
+        tracing::debug!(dataset = %job.dataset.name, job = %r.get_ref().job, rank = job.share.rank, "stream");
+        let (tx, rx) = mpsc::channel(self.limits.stream_queue_batches);
+        tokio::spawn(pipeline::run(job, self.cache.clone(), tx));
+        let stream = ReceiverStream::new(rx).map(move |item| {
+            let _held = &permit;
+            item.map(batch_pb).map_err(|e| status(&e))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn read_window(&self, r: Request<pb::ReadWindowRequest>) -> Result<Response<pb::ReadWindowResponse>, Status> {
+        let r = r.into_inner();
+        let ds = self.dataset(&r.dataset)?;
+        let scene = ds.scenes.get(r.scene as usize).ok_or_else(|| {
+            invalid(format!(
+                "scene {} of dataset {} ({} scenes)",
+                r.scene,
+                ds.name,
+                ds.scenes.len()
+            ))
+        })?;
+        if r.width == 0
+            || r.height == 0
+            || r.width > self.limits.max_patch_size
+            || r.height > self.limits.max_patch_size
+        {
+            return Err(invalid(format!(
+                "window size {}x{} (1..={})",
+                r.width, r.height, self.limits.max_patch_size
+            )));
+        }
+        let bands = Self::bands(&ds, &r.bands)?;
+        let window = WindowSpec {
+            scene: r.scene,
+            col: r.col,
+            row: r.row,
+            width: r.width,
+            height: r.height,
+            level: r.level,
+            padded: false,
+        };
+        let read = |cog, object, version, bands: Vec<usize>| {
+            let cache = self.cache.clone();
+            async move {
+                let region = patch::fetch_region(&cache, cog, object, version, window, &bands, 0.0)
+                    .await
+                    .map_err(|e| status(&Error::tiff(object.as_ref(), e)))?;
+                crate::cog::on_cpu_pool(move || region.assemble())
+                    .await
+                    .map_err(|e| status(&Error::tiff(object.as_ref(), e)))
+            }
+        };
+        let image = read(&scene.cog, &scene.url, &scene.version, bands).await?;
+        let label = match (&scene.label, r.labels) {
+            (Some(l), true) => Some(read(&l.cog, &l.url, &l.version, vec![0]).await?),
+            (None, true) => {
+                return Err(Status::failed_precondition(format!(
+                    "dataset {} has no labels",
+                    ds.name
+                )));
+            }
+            _ => None,
+        };
+        Ok(Response::new(pb::ReadWindowResponse {
+            image: Some(pb::Tensor {
+                dtype: image.dtype.name().to_string(),
+                shape: vec![image.bands as i64, image.height as i64, image.width as i64],
+                data: image.data.into(),
+            }),
+            label: label.map(|l| pb::Tensor {
+                dtype: l.dtype.name().to_string(),
+                shape: vec![l.height as i64, l.width as i64],
+                data: l.data.into(),
+            }),
+        }))
+    }
+}

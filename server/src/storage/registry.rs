@@ -1,0 +1,110 @@
+//! One store per bucket/container/origin, shared by every object in it, plus request
+//! counters and prefix listing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::TryStreamExt;
+use object_store::ObjectStore;
+
+use super::{Location, ObjectReader, Scheme, StoreOptions, build_store};
+use crate::error::{Error, Result};
+
+/// Requests and bytes read through the stores.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    gets: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl StoreStats {
+    /// Counts one GET (prefix or range).
+    pub fn record_get(&self) {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts bytes received.
+    pub fn record_bytes(&self, n: usize) {
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    /// GET requests so far.
+    pub fn gets(&self) -> u64 {
+        self.gets.load(Ordering::Relaxed)
+    }
+    /// Bytes received so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// Stores by container, built on first use.
+#[derive(Debug)]
+pub struct Stores {
+    options: StoreOptions,
+    stores: Mutex<HashMap<(Scheme, String), Arc<dyn ObjectStore>>>,
+    stats: Arc<StoreStats>,
+}
+
+impl Stores {
+    /// An empty registry with these timeouts and retries.
+    pub fn new(options: StoreOptions) -> Self {
+        Self {
+            options,
+            stores: Mutex::new(HashMap::new()),
+            stats: Arc::new(StoreStats::default()),
+        }
+    }
+
+    /// Request counters of every reader made here.
+    pub fn stats(&self) -> &Arc<StoreStats> {
+        &self.stats
+    }
+
+    fn store_for(&self, location: &Location) -> Result<Arc<dyn ObjectStore>> {
+        let key = (location.scheme, location.container.clone());
+        let mut stores = self
+            .stores
+            .lock()
+            .map_err(|_| Error::InvalidArgument("store registry poisoned".into()))?;
+        if let Some(s) = stores.get(&key) {
+            return Ok(s.clone());
+        }
+        let store = build_store(location, &self.options)?;
+        stores.insert(key, store.clone());
+        Ok(store)
+    }
+
+    /// A range reader for `url`.
+    pub fn reader(&self, url: &str) -> Result<Arc<ObjectReader>> {
+        let location = Location::parse(url)?;
+        let store = self.store_for(&location)?;
+        Ok(Arc::new(ObjectReader::with_stats(store, location, self.stats.clone())))
+    }
+
+    /// URLs of every `.tif`/`.tiff` object under `prefix` (a URL ending in `/`), sorted.
+    pub async fn list_tiffs(&self, prefix: &str) -> Result<Vec<String>> {
+        let base = prefix.trim_end_matches('/');
+        let location = Location::parse(&format!("{base}/x.tif"))?;
+        let store = self.store_for(&location)?;
+        let dir = location.path.parts().collect::<Vec<_>>();
+        let dir: object_store::path::Path = dir[..dir.len() - 1].iter().cloned().collect();
+        let listed: Vec<object_store::ObjectMeta> = store
+            .list(Some(&dir))
+            .try_collect()
+            .await
+            .map_err(|e| Error::InvalidArgument(format!("cannot list {prefix}: {e}")))?;
+        let mut urls: Vec<String> = listed
+            .into_iter()
+            .filter_map(|m| {
+                let p = m.location.as_ref().to_string();
+                let lower = p.to_ascii_lowercase();
+                (lower.ends_with(".tif") || lower.ends_with(".tiff")).then(|| {
+                    let rel = p.strip_prefix(dir.as_ref()).unwrap_or(&p).trim_start_matches('/');
+                    format!("{base}/{rel}")
+                })
+            })
+            .collect();
+        urls.sort();
+        Ok(urls)
+    }
+}
