@@ -1,18 +1,287 @@
-//! `cogfeed-client`: the command-line client of the cogfeed daemon.
-//!
-//! The daemon's gRPC protocol lands with the daemon issue; until then this binary only
-//! reports its version, so the workspace layout (proto, server, client) is in place.
+//! `cogfeed-client`: list and describe datasets, stream batches (optionally as JSON lines
+//! with tensor hashes), and benchmark a stream.
 
-use clap::Parser;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+
+use cogfeed_client::{Client, pb};
 
 #[derive(Parser)]
 #[command(name = "cogfeed-client", version, about = "Client for the cogfeed batch server")]
-struct Cli {}
+struct Cli {
+    /// Server address (host:port or http://host:port).
+    #[arg(long, global = true, env = "COGFEED_SERVER", default_value = "127.0.0.1:50051")]
+    server: String,
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() {
-    let _ = Cli::parse();
-    println!(
-        "cogfeed-client {}: no commands yet; the daemon protocol ships with `cogfeed serve`",
-        env!("CARGO_PKG_VERSION")
-    );
+#[derive(Subcommand)]
+enum Command {
+    /// List datasets.
+    Datasets,
+    /// Describe one dataset as JSON.
+    Describe { name: String },
+    /// Stream batches.
+    Stream {
+        #[command(flatten)]
+        sel: Selection,
+        /// One JSON line per batch: epoch, index, cursor, shape, sha256 of the tensors, windows.
+        #[arg(long)]
+        jsonl: bool,
+    },
+    /// Measure a stream: MB/s, batches/s, time to first batch, wait per batch.
+    Bench {
+        #[command(flatten)]
+        sel: Selection,
+        /// Stop after this many seconds.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+    },
+}
+
+#[derive(Args, Clone)]
+struct Selection {
+    #[arg(long)]
+    dataset: String,
+    /// aligned, random or grid.
+    #[arg(long, default_value = "random")]
+    sampler: String,
+    #[arg(long, default_value_t = 256)]
+    patch_size: u32,
+    #[arg(long, default_value_t = 0)]
+    stride: u32,
+    #[arg(long, default_value_t = 0)]
+    level: u32,
+    #[arg(long, default_value_t = 16)]
+    batch_size: u32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, default_value_t = 0)]
+    epoch: u64,
+    #[arg(long, default_value_t = 0)]
+    rank: u32,
+    #[arg(long, default_value_t = 1)]
+    world_size: u32,
+    #[arg(long, default_value_t = 0)]
+    cursor: u64,
+    /// Stop after this many batches (0 = the whole epoch).
+    #[arg(long, default_value_t = 0)]
+    max_batches: u64,
+    /// Include label tensors.
+    #[arg(long)]
+    labels: bool,
+    /// native, float32, float16, bfloat16, uint8, uint16.
+    #[arg(long, default_value = "native")]
+    dtype: String,
+    /// 1-based bands, comma separated.
+    #[arg(long, value_delimiter = ',')]
+    bands: Vec<u32>,
+    #[arg(long)]
+    normalize: bool,
+    #[arg(long)]
+    augment: bool,
+    #[arg(long, default_value_t = 0)]
+    samples_per_epoch: u64,
+    #[arg(long, default_value_t = 0)]
+    prefetch: u32,
+    /// Job name (metrics).
+    #[arg(long, default_value = "cli")]
+    job: String,
+}
+
+impl Selection {
+    fn request(&self) -> anyhow::Result<pb::StreamBatchesRequest> {
+        let sampler = match self.sampler.as_str() {
+            "aligned" => pb::Sampler::Aligned,
+            "random" => pb::Sampler::Random,
+            "grid" => pb::Sampler::Grid,
+            other => anyhow::bail!("unknown sampler {other:?} (aligned, random, grid)"),
+        };
+        Ok(pb::StreamBatchesRequest {
+            dataset: self.dataset.clone(),
+            job: self.job.clone(),
+            sampler: sampler as i32,
+            patch_size: self.patch_size,
+            stride: self.stride,
+            level: self.level,
+            batch_size: self.batch_size,
+            seed: self.seed,
+            epoch: self.epoch,
+            rank: self.rank,
+            world_size: self.world_size,
+            cursor: self.cursor,
+            max_batches: self.max_batches,
+            bands: self.bands.clone(),
+            labels: self.labels,
+            dtype: self.dtype.clone(),
+            normalize: self.normalize,
+            augment: self.augment,
+            samples_per_epoch: self.samples_per_epoch,
+            prefetch: self.prefetch,
+        })
+    }
+}
+
+fn sha256(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+/// CPU seconds this process has used (user + system), from /proc.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let mut client = Client::connect(&cli.server).await?;
+    match cli.command {
+        Command::Datasets => {
+            for d in client.datasets().await? {
+                println!(
+                    "{}\t{} scenes\tlabels={}\tversion={}",
+                    d.name, d.scenes, d.labels, d.version
+                );
+            }
+        }
+        Command::Describe { name } => {
+            let d = client.describe(&name).await?;
+            let scenes: Vec<serde_json::Value> = d
+                .scenes
+                .iter()
+                .map(|s| {
+                    serde_json::json!({
+                        "index": s.index, "name": s.name, "has_label": s.has_label,
+                        "levels": s.levels.iter().map(|l| serde_json::json!({
+                            "width": l.width, "height": l.height, "block": [l.block_width, l.block_height]})).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            let v = serde_json::json!({
+                "name": d.name, "version": d.version, "bands": d.bands, "dtype": d.dtype,
+                "labels": d.labels, "label_dtype": d.label_dtype, "fill": d.fill,
+                "mean": d.mean, "std": d.std, "scenes": scenes,
+            });
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+        Command::Stream { sel, jsonl } => {
+            let mut stream = client.stream(sel.request()?).await?;
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            while let Some(batch) = stream.next().await {
+                let b = batch?;
+                if jsonl {
+                    let windows: Vec<[u64; 6]> = b
+                        .windows
+                        .iter()
+                        .map(|w| {
+                            [
+                                w.scene as u64,
+                                w.col,
+                                w.row,
+                                w.width as u64,
+                                w.height as u64,
+                                w.level as u64,
+                            ]
+                        })
+                        .collect();
+                    let line = serde_json::json!({
+                        "epoch": b.epoch, "index": b.index, "cursor": b.cursor, "shape": b.image.shape,
+                        "sha256": sha256(&b.image.data),
+                        "label_sha256": b.label.as_ref().map(|l| sha256(&l.data)),
+                        "windows": windows,
+                    });
+                    writeln!(out, "{line}")?;
+                } else {
+                    writeln!(
+                        out,
+                        "epoch {} batch {}/{} cursor {} image {:?} {}",
+                        b.epoch, b.index, b.batches_in_epoch, b.cursor, b.image.shape, b.image.dtype
+                    )?;
+                }
+            }
+            out.flush()?;
+        }
+        Command::Bench { sel, duration } => bench(&mut client, &sel, duration).await?,
+    }
+    Ok(())
+}
+
+async fn bench(client: &mut Client, sel: &Selection, duration: f64) -> anyhow::Result<()> {
+    let cpu0 = cpu_seconds().unwrap_or(0.0);
+    let start = Instant::now();
+    let mut stream = client.stream(sel.request()?).await?;
+    let limit = Duration::from_secs_f64(duration);
+    let (mut bytes, mut batches) = (0u64, 0u64);
+    let mut first: Option<Duration> = None;
+    let mut waits = Vec::new();
+    let mut last = Instant::now();
+    let mut progress = Instant::now();
+    while let Some(batch) = stream.next().await {
+        let b = batch?;
+        let now = Instant::now();
+        waits.push(now.duration_since(last).as_secs_f64());
+        last = now;
+        first.get_or_insert_with(|| start.elapsed());
+        bytes += b.image.data.len() as u64 + b.label.as_ref().map_or(0, |l| l.data.len() as u64);
+        batches += 1;
+        if progress.elapsed() >= Duration::from_secs(1) {
+            let secs = start.elapsed().as_secs_f64();
+            eprint!("\r{batches} batches, {:.0} MB/s   ", bytes as f64 / secs / 1e6);
+            progress = Instant::now();
+        }
+        if start.elapsed() >= limit {
+            break;
+        }
+    }
+    eprintln!();
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds().unwrap_or(0.0) - cpu0;
+    waits.sort_by(f64::total_cmp);
+    let report = serde_json::json!({
+        "batches": batches,
+        "bytes": bytes,
+        "seconds": secs,
+        "mb_per_s": bytes as f64 / secs / 1e6,
+        "batches_per_s": batches as f64 / secs,
+        "first_batch_s": first.map(|d| d.as_secs_f64()),
+        "wait_p50_ms": percentile(&waits, 0.5) * 1e3,
+        "wait_p99_ms": percentile(&waits, 0.99) * 1e3,
+        "client_cpu_s_per_gb": if bytes > 0 { cpu / (bytes as f64 / 1e9) } else { 0.0 },
+    });
+    println!("{report}");
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)).context("cogfeed-client") {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {:#}", e.root_cause());
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -30,6 +30,8 @@ pub struct App {
     pub headers: HeaderCache,
     pub stores: Arc<Stores>,
     pub config: Config,
+    /// One permit per allowed concurrent stream.
+    pub streams: Arc<Semaphore>,
 }
 
 impl App {
@@ -61,6 +63,7 @@ impl App {
             cache: TileCache::new(config.cache.capacity_bytes),
             headers,
             stores,
+            streams: Arc::new(Semaphore::new(config.limits.max_streams)),
             config,
         })
     }
@@ -71,8 +74,13 @@ impl App {
             catalog: self.catalog.clone(),
             cache: self.cache.clone(),
             limits: self.config.limits.clone(),
-            streams: Arc::new(Semaphore::new(self.config.limits.max_streams)),
+            streams: self.streams.clone(),
         }
+    }
+
+    /// Streams running now.
+    pub fn active_streams(&self) -> usize {
+        self.config.limits.max_streams - self.streams.available_permits()
     }
 
     /// Serves gRPC on `listener` until `shutdown` resolves.

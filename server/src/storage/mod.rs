@@ -200,11 +200,13 @@ impl RangeReader for ObjectReader {
     fn read_range(&self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes, ReadError>> {
         Box::pin(async move {
             let want = range.end - range.start;
+            self.stats.record_get();
             let bytes = self
                 .store
                 .get_range(&self.location.path, range)
                 .await
                 .map_err(read_error)?;
+            self.stats.record_bytes(bytes.len());
             if bytes.len() as u64 != want {
                 return Err(ReadError::Other(format!(
                     "store returned {} of {want} bytes",

@@ -1,0 +1,495 @@
+//! The daemon end to end: started in-process on 127.0.0.1:0 over the demo dataset, talked to
+//! with the real Rust client. Determinism, ranks, resume, labels, concurrency,
+//! single-flight, cancellation and error statuses.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use cogfeed_client::{Batch, Client, pb};
+use cogfeed_server::app::App;
+use cogfeed_server::config::Config;
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+use tokio::sync::oneshot;
+
+/// Demo data written once for the whole test binary.
+fn demo_dir() -> &'static std::path::Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        cogfeed_server::demo::write_demo(dir.path()).unwrap();
+        dir
+    })
+    .path()
+}
+
+struct Daemon {
+    addr: String,
+    app: App,
+    _stop: oneshot::Sender<()>,
+}
+
+async fn start(config: Config) -> Daemon {
+    let app = App::build(config).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (tx, rx) = oneshot::channel();
+    let server = app.clone();
+    tokio::spawn(async move {
+        server
+            .serve(listener, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+    });
+    Daemon { addr, app, _stop: tx }
+}
+
+async fn demo() -> Daemon {
+    start(Config::demo(demo_dir())).await
+}
+
+fn request(sampler: pb::Sampler, batch: u32) -> pb::StreamBatchesRequest {
+    pb::StreamBatchesRequest {
+        dataset: "demo".into(),
+        job: "test".into(),
+        sampler: sampler as i32,
+        patch_size: 256,
+        batch_size: batch,
+        seed: 42,
+        world_size: 1,
+        ..Default::default()
+    }
+}
+
+async fn collect(addr: &str, r: pb::StreamBatchesRequest) -> Vec<Batch> {
+    let mut client = Client::connect(addr).await.unwrap();
+    let stream = client.stream(r).await.unwrap();
+    stream.map(|b| b.unwrap()).collect().await
+}
+
+fn digest(batches: &[Batch]) -> Vec<String> {
+    batches
+        .iter()
+        .map(|b| {
+            let mut h = Sha256::new();
+            h.update(&b.image.data);
+            if let Some(l) = &b.label {
+                h.update(&l.data);
+            }
+            hex::encode(h.finalize())
+        })
+        .collect()
+}
+
+type Key = (u32, u64, u64);
+
+fn windows(batches: &[Batch]) -> Vec<Key> {
+    batches
+        .iter()
+        .flat_map(|b| b.windows.iter().map(|w| (w.scene, w.col, w.row)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_deterministic_across_runs_cache_states_and_prefetch() {
+    let mut r = request(pb::Sampler::Random, 4);
+    r.samples_per_epoch = 40;
+    r.labels = true;
+    r.augment = true;
+    r.dtype = "float32".into();
+    r.normalize = true;
+    let cold = demo().await;
+    let first = collect(&cold.addr, r.clone()).await;
+    assert_eq!(first.len(), 10);
+    assert_eq!(first[0].image.shape, vec![4, 4, 256, 256]);
+    assert_eq!(first[0].image.dtype, "float32");
+    assert_eq!(first[0].label.as_ref().unwrap().shape, vec![4, 256, 256]);
+    let warm = collect(&cold.addr, r.clone()).await;
+    assert_eq!(digest(&first), digest(&warm), "warm cache changed the bytes");
+    let other = demo().await;
+    let mut serial = r.clone();
+    serial.prefetch = 1;
+    assert_eq!(
+        digest(&first),
+        digest(&collect(&other.addr, serial).await),
+        "prefetch 1 changed the bytes"
+    );
+    let mut wide = r.clone();
+    wide.prefetch = 64;
+    assert_eq!(
+        digest(&first),
+        digest(&collect(&other.addr, wide).await),
+        "prefetch 64 changed the bytes"
+    );
+    let mut next_epoch = r.clone();
+    next_epoch.epoch = 1;
+    assert_ne!(
+        digest(&first),
+        digest(&collect(&other.addr, next_epoch).await),
+        "epochs must differ"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_ranks_make_one_epoch_with_equal_counts() {
+    let d = demo().await;
+    let whole = collect(&d.addr, request(pb::Sampler::Aligned, 3)).await;
+    // 4 scenes x 16 aligned windows = 64 samples; 3 x 2 = 6 per step → 10 steps, tail of 4 dropped.
+    let mut per_rank = Vec::new();
+    for rank in 0..2 {
+        let mut r = request(pb::Sampler::Aligned, 3);
+        r.world_size = 2;
+        r.rank = rank;
+        per_rank.push(collect(&d.addr, r).await);
+    }
+    assert_eq!(per_rank[0].len(), per_rank[1].len(), "ranks get equal batch counts");
+    assert_eq!(per_rank[0].len(), 10);
+    let mut union: Vec<Key> = per_rank.iter().flat_map(|b| windows(b)).collect();
+    let n = union.len();
+    union.sort();
+    union.dedup();
+    assert_eq!(union.len(), n, "a sample was served twice");
+    assert_eq!(n, 60);
+    let epoch: BTreeSet<Key> = windows(&whole).into_iter().collect();
+    assert!(union.iter().all(|w| epoch.contains(w) || whole.len() * 3 < 64));
+    let all: HashSet<Key> = (0..4u32)
+        .flat_map(|s| (0..4u64).flat_map(move |y| (0..4u64).map(move |x| (s, x * 256, y * 256))))
+        .collect();
+    assert!(
+        union.iter().all(|w| all.contains(w)),
+        "aligned windows sit on the tile grid"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_from_a_cursor_is_the_suffix_also_with_another_world_size() {
+    let d = demo().await;
+    let full = collect(&d.addr, request(pb::Sampler::Aligned, 4)).await;
+    assert_eq!(full.len(), 16);
+    let mut resumed = request(pb::Sampler::Aligned, 4);
+    resumed.cursor = full[5].cursor;
+    let tail = collect(&d.addr, resumed).await;
+    assert_eq!(digest(&tail), digest(&full[6..]), "resume is not the suffix");
+    assert_eq!(tail[0].index, 0);
+
+    // Two ranks run three steps, then the job resumes on one rank from their cursor.
+    let mut seen: Vec<Key> = Vec::new();
+    let mut cursor = 0;
+    for rank in 0..2 {
+        let mut r = request(pb::Sampler::Aligned, 4);
+        r.world_size = 2;
+        r.rank = rank;
+        r.max_batches = 3;
+        let got = collect(&d.addr, r).await;
+        cursor = got.last().unwrap().cursor;
+        seen.extend(windows(&got));
+    }
+    assert_eq!(cursor, 24);
+    let mut rest = request(pb::Sampler::Aligned, 4);
+    rest.cursor = cursor;
+    seen.extend(windows(&collect(&d.addr, rest).await));
+    let n = seen.len();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), n, "nothing repeated across the world-size change");
+    assert_eq!(n, 64, "nothing lost across the world-size change");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_stay_aligned_with_images_under_augmentation() {
+    let d = demo().await;
+    for sampler in [pb::Sampler::Random, pb::Sampler::Grid] {
+        let mut r = request(sampler, 4);
+        r.patch_size = 200;
+        r.stride = 300;
+        r.samples_per_epoch = 24;
+        r.labels = true;
+        r.augment = true;
+        let batches = collect(&d.addr, r).await;
+        assert!(!batches.is_empty());
+        let mut padded = 0;
+        for b in &batches {
+            let img = b.image.values::<u16>().unwrap();
+            let lab = &b.label.as_ref().unwrap().data;
+            let (c, p) = (b.image.shape[1], b.image.shape[2]);
+            for (s, w) in b.windows.iter().enumerate() {
+                padded += w.padded as usize;
+                for i in 0..p * p {
+                    let band1 = img[s * c * p * p + i];
+                    let label = lab[s * p * p + i];
+                    // Padding is 0 in both image and label, which label_of maps to 0 too.
+                    assert_eq!(
+                        label,
+                        cogfeed_server::demo::label_of(band1),
+                        "{sampler:?} window {w:?} pixel {i}"
+                    );
+                }
+            }
+        }
+        if sampler == pb::Sampler::Grid {
+            assert!(padded > 0, "grid edges must be padded");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_concurrent_streams_from_three_jobs_get_their_own_bytes() {
+    let d = demo().await;
+    let make = |i: u32| {
+        let mut r = request(
+            if i.is_multiple_of(2) {
+                pb::Sampler::Random
+            } else {
+                pb::Sampler::Aligned
+            },
+            2,
+        );
+        r.job = format!("job{}", i % 3);
+        r.seed = (i % 3) as u64;
+        r.samples_per_epoch = 16;
+        r.max_batches = 6;
+        r.world_size = 2;
+        r.rank = i % 2;
+        r
+    };
+    let mut solo = Vec::new();
+    for i in 0..16 {
+        solo.push(digest(&collect(&d.addr, make(i)).await));
+    }
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let addr = d.addr.clone();
+            tokio::spawn(async move { digest(&collect(&addr, make(i)).await) })
+        })
+        .collect();
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap(), solo[i], "stream {i} changed under concurrency");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_streams_fetch_each_tile_once() {
+    let d = demo().await;
+    let before = d.app.stores.stats().gets();
+    let mut r = request(pb::Sampler::Aligned, 4);
+    r.labels = true;
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (addr, r) = (d.addr.clone(), r.clone());
+            tokio::spawn(async move { collect(&addr, r).await.len() })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 16);
+    }
+    // 64 aligned windows of one 256 px tile each, plus one label tile each.
+    assert_eq!(
+        d.app.stores.stats().gets() - before,
+        128,
+        "tile GETs must equal distinct tiles"
+    );
+    let stats = d.app.cache.stats();
+    let misses = stats.misses.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(misses, 128);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_stream_is_freed() {
+    let d = demo().await;
+    let mut client = Client::connect(&d.addr).await.unwrap();
+    let mut r = request(pb::Sampler::Random, 8);
+    r.samples_per_epoch = 1_000_000;
+    let mut stream = client.stream(r).await.unwrap();
+    stream.next().await.unwrap().unwrap();
+    assert_eq!(d.app.active_streams(), 1);
+    drop(stream);
+    drop(client);
+    for _ in 0..100 {
+        if d.app.active_streams() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the stream was not freed after the client went away");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_clear_statuses() {
+    let d = demo().await;
+    let mut client = Client::connect(&d.addr).await.unwrap();
+    let cases: Vec<(pb::StreamBatchesRequest, tonic::Code, &str)> = vec![
+        (
+            pb::StreamBatchesRequest {
+                dataset: "nope".into(),
+                ..request(pb::Sampler::Random, 2)
+            },
+            tonic::Code::NotFound,
+            "nope",
+        ),
+        (
+            pb::StreamBatchesRequest {
+                patch_size: 2048,
+                ..request(pb::Sampler::Random, 2)
+            },
+            tonic::Code::InvalidArgument,
+            "larger than scene",
+        ),
+        (
+            pb::StreamBatchesRequest {
+                batch_size: 0,
+                ..request(pb::Sampler::Random, 2)
+            },
+            tonic::Code::InvalidArgument,
+            "batch_size",
+        ),
+        (
+            pb::StreamBatchesRequest {
+                rank: 2,
+                world_size: 2,
+                ..request(pb::Sampler::Random, 2)
+            },
+            tonic::Code::InvalidArgument,
+            "rank",
+        ),
+        (
+            pb::StreamBatchesRequest {
+                dtype: "float128".into(),
+                ..request(pb::Sampler::Random, 2)
+            },
+            tonic::Code::InvalidArgument,
+            "dtype",
+        ),
+        (
+            pb::StreamBatchesRequest {
+                patch_size: 100,
+                ..request(pb::Sampler::Aligned, 2)
+            },
+            tonic::Code::InvalidArgument,
+            "multiple of",
+        ),
+        (
+            pb::StreamBatchesRequest {
+                level: 5,
+                ..request(pb::Sampler::Random, 2)
+            },
+            tonic::Code::InvalidArgument,
+            "level",
+        ),
+        (
+            pb::StreamBatchesRequest {
+                bands: vec![9],
+                ..request(pb::Sampler::Random, 2)
+            },
+            tonic::Code::InvalidArgument,
+            "band 9",
+        ),
+        (
+            pb::StreamBatchesRequest {
+                cursor: 1 << 40,
+                ..request(pb::Sampler::Aligned, 2)
+            },
+            tonic::Code::InvalidArgument,
+            "cursor",
+        ),
+    ];
+    for (r, code, text) in cases {
+        let err = match client.stream(r.clone()).await {
+            Err(cogfeed_client::ClientError::Status(s)) => s,
+            Err(other) => panic!("{r:?}: unexpected error {other}"),
+            Ok(_) => panic!("{r:?}: accepted"),
+        };
+        assert_eq!(err.code(), code, "{r:?}: {}", err.message());
+        assert!(err.message().contains(text), "{:?} lacks {text:?}", err.message());
+    }
+    let describe = client.describe("missing").await.unwrap_err();
+    assert!(matches!(describe, cogfeed_client::ClientError::Status(s) if s.code() == tonic::Code::NotFound));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_tile_ends_the_stream_with_data_loss_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = demo_dir().join("scene_00.tif");
+    let dst = dir.path().join("broken.tif");
+    let mut bytes = std::fs::read(&src).unwrap();
+    // Corrupt the full-resolution tile 5 (the header tells where it is).
+    let rt = cogfeed_server::cog::Cog::open(
+        std::sync::Arc::new(cogfeed_server::cog::MemoryReader::new("x", bytes.clone())),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    let range = rt.level(0).unwrap().block_range(5).unwrap();
+    for b in &mut bytes[range.start as usize + 4..range.end as usize] {
+        *b = 0x55;
+    }
+    std::fs::write(&dst, &bytes).unwrap();
+    let mut config = Config::demo(demo_dir());
+    config.datasets[0].scenes = vec![dst.to_string_lossy().into_owned()];
+    config.datasets[0].labels = None;
+    let d = start(config).await;
+    let mut client = Client::connect(&d.addr).await.unwrap();
+    let mut r = request(pb::Sampler::Aligned, 1);
+    r.prefetch = 1;
+    let mut stream = client.stream(r).await.unwrap();
+    let mut error = None;
+    while let Some(item) = stream.next().await {
+        if let Err(e) = item {
+            error = Some(e);
+            break;
+        }
+    }
+    let Some(cogfeed_client::ClientError::Status(s)) = error else {
+        panic!("the corrupt tile went unnoticed");
+    };
+    assert_eq!(s.code(), tonic::Code::DataLoss, "{}", s.message());
+    assert!(
+        s.message().contains("broken.tif") && s.message().contains("tile 5"),
+        "{}",
+        s.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_describe_and_read_window() {
+    let d = demo().await;
+    let mut client = Client::connect(&d.addr).await.unwrap();
+    let list = client.datasets().await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(
+        (list[0].name.as_str(), list[0].scenes, list[0].labels),
+        ("demo", 4, true)
+    );
+    let info = client.describe("demo").await.unwrap();
+    assert_eq!(info.version, list[0].version);
+    assert_eq!(info.bands, vec![1, 2, 3, 4]);
+    assert_eq!(info.dtype, "uint16");
+    assert_eq!(info.scenes[0].levels.len(), 2);
+    assert_eq!(info.scenes[0].levels[0].block_width, 256);
+    let (image, label) = client
+        .read_window(pb::ReadWindowRequest {
+            dataset: "demo".into(),
+            scene: 2,
+            col: 100,
+            row: 200,
+            width: 300,
+            height: 50,
+            bands: vec![1],
+            labels: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(image.shape, vec![1, 50, 300]);
+    let px = image.values::<u16>().unwrap();
+    let lab = label.unwrap();
+    assert!(
+        px.iter()
+            .zip(lab.data.iter())
+            .all(|(&v, &l)| cogfeed_server::demo::label_of(v) == l)
+    );
+}
