@@ -143,7 +143,8 @@ impl Client {
             .tcp_nodelay(true)
             .initial_stream_window_size(Some(16 << 20))
             .initial_connection_window_size(Some(64 << 20))
-            .http2_adaptive_window(false);
+            .http2_adaptive_window(false)
+            .max_frame_size(1u32 << 20);
         let channel = endpoint
             .connect()
             .await

@@ -225,15 +225,26 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 async fn bench(client: &mut Client, sel: &Selection, duration: f64) -> anyhow::Result<()> {
     let cpu0 = cpu_seconds().unwrap_or(0.0);
     let start = Instant::now();
-    let mut stream = client.stream(sel.request()?).await?;
     let limit = Duration::from_secs_f64(duration);
     let (mut bytes, mut batches) = (0u64, 0u64);
     let mut first: Option<Duration> = None;
     let mut waits = Vec::new();
     let mut last = Instant::now();
     let mut progress = Instant::now();
-    while let Some(batch) = stream.next().await {
-        let b = batch?;
+    let mut request = sel.request()?;
+    // Epoch after epoch until the duration or --max-batches is reached.
+    let mut stream = Box::pin(client.stream(request.clone()).await?);
+    loop {
+        let b = match stream.next().await {
+            Some(b) => b?,
+            None if start.elapsed() < limit && (sel.max_batches == 0 || batches < sel.max_batches) => {
+                request.epoch += 1;
+                request.cursor = 0;
+                stream = Box::pin(client.stream(request.clone()).await?);
+                continue;
+            }
+            None => break,
+        };
         let now = Instant::now();
         waits.push(now.duration_since(last).as_secs_f64());
         last = now;
@@ -245,7 +256,7 @@ async fn bench(client: &mut Client, sel: &Selection, duration: f64) -> anyhow::R
             eprint!("\r{batches} batches, {:.0} MB/s   ", bytes as f64 / secs / 1e6);
             progress = Instant::now();
         }
-        if start.elapsed() >= limit {
+        if start.elapsed() >= limit || (sel.max_batches > 0 && batches >= sel.max_batches) {
             break;
         }
     }

@@ -113,6 +113,25 @@ pub fn paste(level: &Level, index: usize, block: &[u8], req: &WindowRequest, ban
     }
     let n = xe - xs;
     let band_stride = out.width * out.height * es;
+    let all_in_order = bands.len() == spp && bands.iter().enumerate().all(|(i, &b)| i == b);
+    if level.planar == Planar::Chunky && all_in_order && (2..=4).contains(&spp) {
+        // One pass over each source row, writing every band plane (the common case).
+        let mut planes: Vec<&mut [u8]> = out.data.chunks_exact_mut(band_stride).collect();
+        for y in ys..ye {
+            let src_start = ((y - y0) * bw + (xs - x0)) * spp * es;
+            let Some(src) = block.get(src_start..src_start + n * spp * es) else {
+                continue;
+            };
+            let dst = ((y - row) * out.width + (xs - col)) * es;
+            let mut rows: Vec<&mut [u8]> = planes.iter_mut().map(|p| &mut p[dst..dst + n * es]).collect();
+            if !split_samples(src, &mut rows, es) {
+                for (sample, row) in rows.iter_mut().enumerate() {
+                    copy_samples(src, row, spp, sample, es);
+                }
+            }
+        }
+        return;
+    }
     for (ob, &sb) in bands.iter().enumerate() {
         let sample = match level.planar {
             Planar::Chunky => sb,
@@ -128,6 +147,54 @@ pub fn paste(level: &Level, index: usize, block: &[u8], req: &WindowRequest, ban
             };
             copy_samples(src, dst, spp, sample, es);
         }
+    }
+}
+
+/// Splits pixel-interleaved `src` into one row per sample (2 to 4 samples of 1, 2 or 4
+/// bytes); false when the layout or alignment does not fit the fast path.
+fn split_samples(src: &[u8], rows: &mut [&mut [u8]], es: usize) -> bool {
+    fn typed<T: bytemuck::Pod>(src: &[u8], rows: &mut [&mut [u8]]) -> bool {
+        let Ok(s) = bytemuck::try_cast_slice::<u8, T>(src) else {
+            return false;
+        };
+        let mut d: Vec<&mut [T]> = Vec::with_capacity(rows.len());
+        for r in rows.iter_mut() {
+            match bytemuck::try_cast_slice_mut::<u8, T>(r) {
+                Ok(t) => d.push(t),
+                Err(_) => return false,
+            }
+        }
+        match &mut d[..] {
+            [a, b] => {
+                for ((px, a), b) in s.chunks_exact(2).zip(a.iter_mut()).zip(b.iter_mut()) {
+                    (*a, *b) = (px[0], px[1]);
+                }
+            }
+            [a, b, c] => {
+                for (((px, a), b), c) in s.chunks_exact(3).zip(a.iter_mut()).zip(b.iter_mut()).zip(c.iter_mut()) {
+                    (*a, *b, *c) = (px[0], px[1], px[2]);
+                }
+            }
+            [a, b, c, e] => {
+                for ((((px, a), b), c), e) in s
+                    .chunks_exact(4)
+                    .zip(a.iter_mut())
+                    .zip(b.iter_mut())
+                    .zip(c.iter_mut())
+                    .zip(e.iter_mut())
+                {
+                    (*a, *b, *c, *e) = (px[0], px[1], px[2], px[3]);
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+    match es {
+        1 => typed::<u8>(src, rows),
+        2 => typed::<u16>(src, rows),
+        4 => typed::<u32>(src, rows),
+        _ => false,
     }
 }
 

@@ -21,7 +21,7 @@ use crate::catalog::Dataset;
 use crate::cog::{TiffError, on_cpu_pool};
 use crate::error::Error;
 use crate::sampler::{Plan, Share, WindowSpec};
-use transform::{Orientation, Transform, cast_plane, orient};
+use transform::{Orientation, OutType, Transform, cast_plane, orient};
 
 /// A dense little-endian array.
 #[derive(Debug, Clone)]
@@ -111,6 +111,22 @@ async fn load_sample(job: &StreamJob, cache: &TileCache, i: u64) -> Result<Sampl
         } else {
             Orientation::NONE
         };
+        let label = label.map(|l| {
+            let r = l.assemble();
+            if o == Orientation::NONE {
+                r.data
+            } else {
+                orient(&r.data, r.height, r.width, r.dtype.size(), o)
+            }
+        });
+        if o == Orientation::NONE && transform.out == OutType::Native && transform.normalize.is_none() {
+            // Nothing to change: the stitched patch is the sample.
+            return Sample {
+                image: raster.data,
+                label,
+                window,
+            };
+        }
         let es = raster.dtype.size();
         let plane_len = h * w * es;
         let mut out = Vec::with_capacity(raster.bands * h * w * transform.out.size(raster.dtype));
@@ -130,10 +146,6 @@ async fn load_sample(job: &StreamJob, cache: &TileCache, i: u64) -> Result<Sampl
                 &mut out,
             );
         }
-        let label = label.map(|l| {
-            let r = l.assemble();
-            orient(&r.data, r.height, r.width, r.dtype.size(), o)
-        });
         Sample {
             image: out,
             label,
