@@ -51,6 +51,7 @@ impl App {
             connect_timeout: secs(s.connect_timeout_secs, "connect_timeout_secs")?,
             max_retries: s.max_retries,
             retry_timeout: Duration::from_secs(60),
+            simulated_latency: Duration::from_millis(s.simulated_latency_ms),
         }));
         let headers = HeaderCache::new(config.cache.header_entries);
         let options = OpenOptions {

@@ -94,6 +94,9 @@ pub struct StoreConfig {
     pub max_retries: usize,
     #[serde(default = "default_prefix")]
     pub header_prefix_bytes: u64,
+    /// Extra delay per GET, for benchmarking latency hiding on local data (0 = none).
+    #[serde(default)]
+    pub simulated_latency_ms: u64,
 }
 
 fn default_request_timeout() -> f64 {
@@ -116,6 +119,7 @@ impl Default for StoreConfig {
             connect_timeout_secs: default_connect_timeout(),
             max_retries: default_retries(),
             header_prefix_bytes: default_prefix(),
+            simulated_latency_ms: 0,
         }
     }
 }

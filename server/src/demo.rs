@@ -34,13 +34,22 @@ struct Image {
 /// Writes the demo dataset (scenes and labels) into `dir`, returning the scene paths.
 /// Existing files are left as they are.
 pub fn write_demo(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    write_scenes(dir, SCENES, SCENE_SIZE)
+}
+
+/// Writes `count` scenes of `size` x `size` pixels (and their labels) into `dir`; existing
+/// files are kept.
+pub fn write_scenes(dir: &Path, count: usize, size: u32) -> std::io::Result<Vec<PathBuf>> {
+    if size == 0 || size > 16384 {
+        return Err(std::io::Error::other(format!("scene size {size} (1..=16384)")));
+    }
     std::fs::create_dir_all(dir.join("labels"))?;
     let mut paths = Vec::new();
-    for s in 0..SCENES {
+    for s in 0..count {
         let path = dir.join(format!("scene_{s:02}.tif"));
         let label_path = dir.join("labels").join(format!("scene_{s:02}.tif"));
         if !path.exists() || !label_path.exists() {
-            let (image, label) = scene(s as u64);
+            let (image, label) = scene(s as u64, size);
             write_cog(&label_path, &label)?;
             write_cog(&path, &image)?;
         }
@@ -49,8 +58,8 @@ pub fn write_demo(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
-fn scene(seed: u64) -> (Image, Image) {
-    let n = SCENE_SIZE as usize;
+fn scene(seed: u64, size: u32) -> (Image, Image) {
+    let n = size as usize;
     let mut rng = Rng::new(seed.wrapping_mul(0x51_7CC1_B727_220A) + 1);
     let phase: Vec<f64> = (0..8).map(|_| rng.unit() * std::f64::consts::TAU).collect();
     let mut data = vec![0u8; n * n * 8];
@@ -76,15 +85,15 @@ fn scene(seed: u64) -> (Image, Image) {
     }
     (
         Image {
-            width: SCENE_SIZE,
-            height: SCENE_SIZE,
+            width: size,
+            height: size,
             bands: 4,
             bits: 16,
             data,
         },
         Image {
-            width: SCENE_SIZE,
-            height: SCENE_SIZE,
+            width: size,
+            height: size,
             bands: 1,
             bits: 8,
             data: labels,

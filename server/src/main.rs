@@ -47,6 +47,12 @@ enum Command {
     DemoData {
         /// Target directory.
         dir: std::path::PathBuf,
+        /// Number of scenes.
+        #[arg(long, default_value_t = cogfeed_server::demo::SCENES)]
+        scenes: usize,
+        /// Scene width and height in pixels.
+        #[arg(long, default_value_t = cogfeed_server::demo::SCENE_SIZE)]
+        size: u32,
     },
     /// Print a file's layout, codec, overviews and georeferencing as JSON.
     Inspect {
@@ -159,8 +165,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             metrics_listen,
             data_dir,
         } => serve(config, listen, metrics_listen, data_dir).await?,
-        Command::DemoData { dir } => {
-            let paths = cogfeed_server::demo::write_demo(&dir)?;
+        Command::DemoData { dir, scenes, size } => {
+            let paths = cogfeed_server::demo::write_scenes(&dir, scenes, size)?;
             println!("wrote {} scenes with labels to {}", paths.len(), dir.display());
         }
         Command::Inspect { url, prefix_bytes } => {

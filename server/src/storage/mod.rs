@@ -34,6 +34,10 @@ pub struct StoreOptions {
     pub max_retries: usize,
     /// Give up retrying after this long.
     pub retry_timeout: Duration,
+    /// Added to every GET by [`ObjectReader`]: simulates a remote store's round trip for
+    /// benchmarks on local data (object_store's `ThrottledStore` cannot wrap local files).
+    /// Zero in production.
+    pub simulated_latency: Duration,
 }
 
 impl Default for StoreOptions {
@@ -43,6 +47,7 @@ impl Default for StoreOptions {
             connect_timeout: Duration::from_secs(5),
             max_retries: 5,
             retry_timeout: Duration::from_secs(60),
+            simulated_latency: Duration::ZERO,
         }
     }
 }
@@ -124,6 +129,7 @@ pub struct ObjectReader {
     store: Arc<dyn ObjectStore>,
     location: Location,
     stats: Arc<StoreStats>,
+    latency: Duration,
 }
 
 impl ObjectReader {
@@ -134,7 +140,24 @@ impl ObjectReader {
 
     /// Like [`ObjectReader::new`], counting requests into `stats`.
     pub fn with_stats(store: Arc<dyn ObjectStore>, location: Location, stats: Arc<StoreStats>) -> Self {
-        Self { store, location, stats }
+        Self {
+            store,
+            location,
+            stats,
+            latency: Duration::ZERO,
+        }
+    }
+
+    /// Adds `latency` before every GET (benchmarks only).
+    pub fn with_latency(mut self, latency: Duration) -> Self {
+        self.latency = latency;
+        self
+    }
+
+    async fn delay(&self) {
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
     }
 
     /// The object's path inside its store.
@@ -165,6 +188,7 @@ impl RangeReader for ObjectReader {
     fn read_prefix(&self, len: u64) -> BoxFuture<'_, Result<Prefix, ReadError>> {
         Box::pin(async move {
             self.stats.record_get();
+            self.delay().await;
             let options = GetOptions {
                 range: Some(GetRange::Bounded(0..len.max(1))),
                 ..Default::default()
@@ -201,6 +225,7 @@ impl RangeReader for ObjectReader {
         Box::pin(async move {
             let want = range.end - range.start;
             self.stats.record_get();
+            self.delay().await;
             let bytes = self
                 .store
                 .get_range(&self.location.path, range)

@@ -78,7 +78,9 @@ impl Stores {
     pub fn reader(&self, url: &str) -> Result<Arc<ObjectReader>> {
         let location = Location::parse(url)?;
         let store = self.store_for(&location)?;
-        Ok(Arc::new(ObjectReader::with_stats(store, location, self.stats.clone())))
+        Ok(Arc::new(
+            ObjectReader::with_stats(store, location, self.stats.clone()).with_latency(self.options.simulated_latency),
+        ))
     }
 
     /// URLs of every `.tif`/`.tiff` object under `prefix` (a URL ending in `/`), sorted.
