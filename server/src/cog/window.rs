@@ -117,20 +117,26 @@ pub fn paste(level: &Level, index: usize, block: &[u8], req: &WindowRequest, ban
     if level.planar == Planar::Chunky && all_in_order && (2..=4).contains(&spp) {
         // One pass over each source row, writing every band plane (the common case).
         let mut planes: Vec<&mut [u8]> = out.data.chunks_exact_mut(band_stride).collect();
-        for y in ys..ye {
-            let src_start = ((y - y0) * bw + (xs - x0)) * spp * es;
-            let Some(src) = block.get(src_start..src_start + n * spp * es) else {
-                continue;
-            };
-            let dst = ((y - row) * out.width + (xs - col)) * es;
-            let mut rows: Vec<&mut [u8]> = planes.iter_mut().map(|p| &mut p[dst..dst + n * es]).collect();
-            if !split_samples(src, &mut rows, es) {
-                for (sample, row) in rows.iter_mut().enumerate() {
-                    copy_samples(src, row, spp, sample, es);
-                }
-            }
+        let rows = RowGeometry {
+            ys,
+            ye,
+            y0,
+            x_off: xs - x0,
+            block_width: bw,
+            dst_row: row,
+            dst_col: xs - col,
+            dst_width: out.width,
+            n,
+        };
+        let done = match es {
+            1 => split_rows::<u8>(block, &mut planes, &rows),
+            2 => split_rows::<u16>(block, &mut planes, &rows),
+            4 => split_rows::<u32>(block, &mut planes, &rows),
+            _ => false,
+        };
+        if done {
+            return;
         }
-        return;
     }
     for (ob, &sb) in bands.iter().enumerate() {
         let sample = match level.planar {
@@ -150,52 +156,77 @@ pub fn paste(level: &Level, index: usize, block: &[u8], req: &WindowRequest, ban
     }
 }
 
-/// Splits pixel-interleaved `src` into one row per sample (2 to 4 samples of 1, 2 or 4
-/// bytes); false when the layout or alignment does not fit the fast path.
-fn split_samples(src: &[u8], rows: &mut [&mut [u8]], es: usize) -> bool {
-    fn typed<T: bytemuck::Pod>(src: &[u8], rows: &mut [&mut [u8]]) -> bool {
-        let Ok(s) = bytemuck::try_cast_slice::<u8, T>(src) else {
-            return false;
-        };
-        let mut d: Vec<&mut [T]> = Vec::with_capacity(rows.len());
-        for r in rows.iter_mut() {
-            match bytemuck::try_cast_slice_mut::<u8, T>(r) {
-                Ok(t) => d.push(t),
-                Err(_) => return false,
-            }
+/// Where the rows of one block go in the output planes.
+struct RowGeometry {
+    ys: usize,
+    ye: usize,
+    y0: usize,
+    x_off: usize,
+    block_width: usize,
+    dst_row: usize,
+    dst_col: usize,
+    dst_width: usize,
+    n: usize,
+}
+
+/// De-interleaves the rows of a 2- to 4-sample pixel-interleaved block into band planes in
+/// one pass per row; false when alignment does not allow typed access (the caller falls back).
+fn split_rows<T: bytemuck::Pod>(block: &[u8], planes: &mut [&mut [u8]], g: &RowGeometry) -> bool {
+    let spp = planes.len();
+    let Ok(src) =
+        bytemuck::try_cast_slice::<u8, T>(&block[..block.len() / std::mem::size_of::<T>() * std::mem::size_of::<T>()])
+    else {
+        return false;
+    };
+    let mut typed: Vec<&mut [T]> = Vec::with_capacity(spp);
+    for p in planes.iter_mut() {
+        match bytemuck::try_cast_slice_mut::<u8, T>(p) {
+            Ok(t) => typed.push(t),
+            Err(_) => return false,
         }
-        match &mut d[..] {
+    }
+    let n = g.n;
+    for y in g.ys..g.ye {
+        let s0 = ((y - g.y0) * g.block_width + g.x_off) * spp;
+        let Some(s) = src.get(s0..s0 + n * spp) else {
+            continue;
+        };
+        let d0 = (y - g.dst_row) * g.dst_width + g.dst_col;
+        let r = d0..d0 + n;
+        if typed.iter().any(|p| p.len() < r.end) {
+            continue;
+        }
+        match &mut typed[..] {
             [a, b] => {
-                for ((px, a), b) in s.chunks_exact(2).zip(a.iter_mut()).zip(b.iter_mut()) {
+                for ((px, a), b) in s.chunks_exact(2).zip(a[r.clone()].iter_mut()).zip(b[r].iter_mut()) {
                     (*a, *b) = (px[0], px[1]);
                 }
             }
             [a, b, c] => {
-                for (((px, a), b), c) in s.chunks_exact(3).zip(a.iter_mut()).zip(b.iter_mut()).zip(c.iter_mut()) {
+                for (((px, a), b), c) in s
+                    .chunks_exact(3)
+                    .zip(a[r.clone()].iter_mut())
+                    .zip(b[r.clone()].iter_mut())
+                    .zip(c[r].iter_mut())
+                {
                     (*a, *b, *c) = (px[0], px[1], px[2]);
                 }
             }
             [a, b, c, e] => {
                 for ((((px, a), b), c), e) in s
                     .chunks_exact(4)
-                    .zip(a.iter_mut())
-                    .zip(b.iter_mut())
-                    .zip(c.iter_mut())
-                    .zip(e.iter_mut())
+                    .zip(a[r.clone()].iter_mut())
+                    .zip(b[r.clone()].iter_mut())
+                    .zip(c[r.clone()].iter_mut())
+                    .zip(e[r].iter_mut())
                 {
                     (*a, *b, *c, *e) = (px[0], px[1], px[2], px[3]);
                 }
             }
             _ => return false,
         }
-        true
     }
-    match es {
-        1 => typed::<u8>(src, rows),
-        2 => typed::<u16>(src, rows),
-        4 => typed::<u32>(src, rows),
-        _ => false,
-    }
+    true
 }
 
 /// Copies sample `sample` of every `spp`-sample pixel in `src` to consecutive `dst` slots.
