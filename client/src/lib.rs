@@ -180,6 +180,11 @@ impl Client {
         Ok((Tensor::from_pb(image)?, resp.label.map(Tensor::from_pb).transpose()?))
     }
 
+    /// Batches a stream for `request` would send (the request is validated, no data read).
+    pub async fn count(&mut self, request: pb::StreamBatchesRequest) -> Result<pb::CountBatchesResponse, ClientError> {
+        Ok(self.inner.count_batches(request).await?.into_inner())
+    }
+
     /// Streams batches for `request`; resume by setting `request.cursor` to the cursor of
     /// the last batch received.
     pub async fn stream(

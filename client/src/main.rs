@@ -11,6 +11,11 @@ use sha2::{Digest, Sha256};
 
 use cogfeed_client::{Client, pb};
 
+/// Batches are tens of megabytes: glibc would map and unmap each one (page faults on every
+/// copy); mimalloc reuses the memory.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "cogfeed-client", version, about = "Client for the cogfeed batch server")]
 struct Cli {

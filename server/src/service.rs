@@ -323,6 +323,18 @@ impl Feed for FeedService {
         Ok(Response::new(Box::pin(stream)))
     }
 
+    async fn count_batches(
+        &self,
+        r: Request<pb::StreamBatchesRequest>,
+    ) -> Result<Response<pb::CountBatchesResponse>, Status> {
+        let job = self.job(r.get_ref())?;
+        Ok(Response::new(pb::CountBatchesResponse {
+            batches: job.batch_count(),
+            samples_in_epoch: job.plan.len(),
+            batches_in_epoch: job.share.batches(),
+        }))
+    }
+
     async fn read_window(&self, r: Request<pb::ReadWindowRequest>) -> Result<Response<pb::ReadWindowResponse>, Status> {
         let r = r.into_inner();
         let ds = self.dataset(&r.dataset)?;

@@ -1,0 +1,37 @@
+"""Protocol tensors as numpy arrays without copying the payload."""
+
+import numpy as np
+
+_DTYPES = {
+    "uint8": np.uint8,
+    "int8": np.int8,
+    "uint16": np.uint16,
+    "int16": np.int16,
+    "uint32": np.uint32,
+    "int32": np.int32,
+    "uint64": np.uint64,
+    "int64": np.int64,
+    "float16": np.float16,
+    "float32": np.float32,
+    "float64": np.float64,
+    "complex64": np.complex64,
+    "complex128": np.complex128,
+}
+
+
+def to_numpy(tensor):
+    """A read-only numpy view of a `cogfeed.v1.Tensor` (little-endian, C order).
+
+    `np.frombuffer` wraps the message's bytes object: the only copy is the one protobuf makes
+    when it parses the message. bfloat16 has no numpy type: it comes back as uint16 bits
+    (`torch.frombuffer(..., dtype=torch.bfloat16)` reads them).
+    """
+    if tensor.dtype == "bfloat16":
+        dtype = np.dtype("<u2")
+    else:
+        try:
+            dtype = np.dtype(_DTYPES[tensor.dtype]).newbyteorder("<")
+        except KeyError:
+            raise ValueError(f"unknown tensor dtype {tensor.dtype!r}") from None
+    shape = tuple(int(d) for d in tensor.shape)
+    return np.frombuffer(tensor.data, dtype=dtype).reshape(shape)

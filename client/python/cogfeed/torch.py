@@ -1,0 +1,92 @@
+"""PyTorch integration: `StreamDataset`, an IterableDataset of ready batches.
+
+Use with `DataLoader(ds, batch_size=None, num_workers=0, pin_memory=True)`: the daemon
+already batches. Rank and world size come from `torch.distributed` when it is initialised,
+else from the `RANK` / `WORLD_SIZE` environment variables. With `num_workers > 0` each worker
+takes its own share of the rank's samples (worker w of n acts as rank `rank * n + w` of
+`world * n`), so nothing is duplicated.
+"""
+
+import os
+import warnings
+
+import torch
+import torch.utils.data
+
+from ._client import Loader
+
+
+def _rank_world():
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def _tensor(array, bfloat16=False):
+    """A tensor over the received bytes (no copy)."""
+    with warnings.catch_warnings():
+        # The received bytes are read-only; training does not write into its inputs.
+        warnings.simplefilter("ignore", UserWarning)
+        if bfloat16:
+            return torch.frombuffer(array.data, dtype=torch.bfloat16).view(array.shape)
+        return torch.from_numpy(array)
+
+
+class StreamDataset(torch.utils.data.IterableDataset):
+    """Batches of one dataset as dicts of tensors: image [B, C, H, W], label [B, H, W],
+    windows [B, 6], epoch, index, cursor."""
+
+    def __init__(self, address, dataset, **loader_args):
+        super().__init__()
+        for k in ("rank", "world_size"):
+            if k in loader_args:
+                raise TypeError(f"{k} comes from torch.distributed or RANK/WORLD_SIZE")
+        self.address = address
+        self.dataset = dataset
+        self.epoch = int(loader_args.pop("epoch", 0))
+        self.cursor = int(loader_args.pop("cursor", 0))
+        # Where the current pass starts (len() counts from here).
+        self._origin = self.cursor
+        self._finished = False
+        self.loader_args = loader_args
+        self._dtype = loader_args.get("dtype", "native")
+
+    def set_epoch(self, epoch):
+        self.epoch = int(epoch)
+        self.cursor = self._origin = 0
+        self._finished = False
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "cursor": self.cursor}
+
+    def load_state_dict(self, state):
+        self.epoch = int(state["epoch"])
+        self.cursor = self._origin = int(state["cursor"])
+        self._finished = False
+
+    def _loader(self, cursor):
+        rank, world = _rank_world()
+        info = torch.utils.data.get_worker_info()
+        if info is not None:
+            rank, world = rank * info.num_workers + info.id, world * info.num_workers
+        return Loader(self.address, self.dataset, rank=rank, world_size=world, epoch=self.epoch,
+                      cursor=cursor, **self.loader_args)
+
+    def __len__(self):
+        return len(self._loader(self._origin))
+
+    def __iter__(self):
+        if self._finished:
+            self.cursor, self._finished = self._origin, False
+        loader = self._loader(self.cursor)
+        for b in loader:
+            self.cursor = b.cursor
+            yield {
+                "image": _tensor(b.image, bfloat16=self._dtype == "bfloat16"),
+                "label": None if b.label is None else _tensor(b.label),
+                "windows": torch.from_numpy(b.windows),
+                "epoch": b.epoch,
+                "index": b.index,
+                "cursor": b.cursor,
+            }
+        self._finished = True
