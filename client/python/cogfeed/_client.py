@@ -16,6 +16,7 @@ import numpy as np
 from ._alloc import keep_large_allocations
 from ._errors import CogfeedError, from_rpc_error
 from ._tensor import to_numpy
+from ._wire import decode_batch
 from .v1 import feed_pb2 as pb
 from .v1 import feed_pb2_grpc as pb_grpc
 
@@ -77,6 +78,12 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(target, options=self._options)
         self._stub = pb_grpc.FeedStub(self._channel)
+        # StreamBatches with the raw message bytes: payloads are wrapped, not copied.
+        self._raw_stream = self._channel.unary_stream(
+            "/cogfeed.v1.Feed/StreamBatches",
+            request_serializer=pb.StreamBatchesRequest.SerializeToString,
+            response_deserializer=lambda raw: raw,
+        )
 
     def reconnect(self):
         """Drops the channel and opens a new one."""
@@ -127,8 +134,12 @@ class Client:
         return to_numpy(resp.image), label
 
     def stream(self, request, metadata=()):
-        """Raw `Batch` messages of a stream request (grpc errors propagate as RpcError)."""
+        """`Batch` messages of a stream request (grpc errors propagate as RpcError)."""
         return self._stub.StreamBatches(request, metadata=self.metadata(metadata))
+
+    def stream_raw(self, request, metadata=()):
+        """Serialized `Batch` messages of a stream request, as received."""
+        return self._raw_stream(request, metadata=self.metadata(metadata))
 
 
 class Loader:
@@ -244,19 +255,16 @@ class Loader:
             base = delivered
             try:
                 waiting = time.perf_counter()
-                for msg in self.client.stream(self.request(cursor=cursor, max_batches=remaining), extra):
+                for raw in self.client.stream_raw(self.request(cursor=cursor, max_batches=remaining), extra):
                     self.data_wait_seconds += time.perf_counter() - waiting
                     failing_since = None
                     backoff = 0.1
-                    label = to_numpy(msg.label) if msg.HasField("label") else None
-                    windows = np.array(
-                        [(w.scene, w.col, w.row, w.width, w.height, w.level) for w in msg.windows], dtype=np.int64
-                    ).reshape(-1, 6)
+                    meta, image, label, windows = decode_batch(raw)
                     batch = Batch(
-                        image=to_numpy(msg.image), label=label, windows=windows, epoch=msg.epoch,
-                        index=base + msg.index, cursor=msg.cursor,
+                        image=image, label=label, windows=windows, epoch=meta["epoch"],
+                        index=base + meta["index"], cursor=meta["cursor"],
                     )
-                    cursor = msg.cursor
+                    cursor = meta["cursor"]
                     self.cursor = cursor
                     delivered += 1
                     yield batch

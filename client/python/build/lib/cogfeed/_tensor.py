@@ -19,6 +19,16 @@ _DTYPES = {
 }
 
 
+def numpy_dtype(name):
+    """The little-endian numpy dtype of a tensor dtype name (bfloat16 as uint16 bits)."""
+    if name == "bfloat16":
+        return np.dtype("<u2")
+    try:
+        return np.dtype(_DTYPES[name]).newbyteorder("<")
+    except KeyError:
+        raise ValueError(f"unknown tensor dtype {name!r}") from None
+
+
 def to_numpy(tensor):
     """A read-only numpy view of a `cogfeed.v1.Tensor` (little-endian, C order).
 
@@ -26,12 +36,6 @@ def to_numpy(tensor):
     when it parses the message. bfloat16 has no numpy type: it comes back as uint16 bits
     (`torch.frombuffer(..., dtype=torch.bfloat16)` reads them).
     """
-    if tensor.dtype == "bfloat16":
-        dtype = np.dtype("<u2")
-    else:
-        try:
-            dtype = np.dtype(_DTYPES[tensor.dtype]).newbyteorder("<")
-        except KeyError:
-            raise ValueError(f"unknown tensor dtype {tensor.dtype!r}") from None
+    dtype = numpy_dtype(tensor.dtype)
     shape = tuple(int(d) for d in tensor.shape)
     return np.frombuffer(tensor.data, dtype=dtype).reshape(shape)

@@ -1,0 +1,92 @@
+"""Zero-copy decoding of `cogfeed.v1.Batch` messages.
+
+The stream is received as raw message bytes and only the small fields are parsed here; the
+tensor payloads become numpy arrays over the received bytes object itself (`np.frombuffer`
+with an offset). This skips protobuf's copy of every payload: measured, it is the largest
+per-byte cost left in Python after the network. The layout is the protobuf wire format of
+`proto/cogfeed/v1/feed.proto`; the tests compare it with the generated parser.
+"""
+
+import numpy as np
+
+from ._tensor import numpy_dtype
+from .v1 import feed_pb2 as pb
+
+
+def _varint(buf, pos):
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf, start, end):
+    """Yields (field number, wire type, value or (offset, length)) over buf[start:end]."""
+    pos = start
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+            yield field, wire, value
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            yield field, wire, (pos, length)
+            pos += length
+        elif wire == 1:
+            yield field, wire, buf[pos:pos + 8]
+            pos += 8
+        elif wire == 5:
+            yield field, wire, buf[pos:pos + 4]
+            pos += 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+
+
+def _tensor(raw, view, start, end):
+    dtype, shape, data = "", [], (0, 0)
+    for field, wire, value in _fields(view, start, end):
+        if field == 1:
+            dtype = bytes(view[value[0]:value[0] + value[1]]).decode()
+        elif field == 2 and wire == 2:
+            pos, stop = value[0], value[0] + value[1]
+            while pos < stop:
+                d, pos = _varint(view, pos)
+                shape.append(d)
+        elif field == 2:
+            shape.append(value)
+        elif field == 3:
+            data = value
+    dt = numpy_dtype(dtype)
+    count = data[1] // dt.itemsize
+    array = np.frombuffer(raw, dtype=dt, count=count, offset=data[0])
+    if not array.flags.aligned:
+        # Rare: the payload does not start on the element size; one copy makes it aligned.
+        array = array.copy()
+    return array.reshape(tuple(shape))
+
+
+def decode_batch(raw):
+    """(fields dict, image array, label array or None, windows [B, 6] int64) of a Batch."""
+    view = memoryview(raw)
+    meta = {"epoch": 0, "index": 0, "cursor": 0, "batches_in_epoch": 0}
+    image = label = None
+    windows = []
+    names = {1: "epoch", 2: "index", 3: "cursor", 7: "batches_in_epoch"}
+    for field, wire, value in _fields(view, 0, len(view)):
+        if field in names and wire == 0:
+            meta[names[field]] = value
+        elif field == 4:
+            image = _tensor(raw, view, value[0], value[0] + value[1])
+        elif field == 5:
+            label = _tensor(raw, view, value[0], value[0] + value[1])
+        elif field == 6:
+            w = pb.Window.FromString(bytes(view[value[0]:value[0] + value[1]]))
+            windows.append((w.scene, w.col, w.row, w.width, w.height, w.level))
+    if image is None:
+        raise ValueError("batch without image")
+    return meta, image, label, np.array(windows, dtype=np.int64).reshape(-1, 6)
