@@ -16,6 +16,7 @@ use crate::catalog::Catalog;
 use crate::cog::OpenOptions;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::service::FeedService;
 use crate::storage::{StoreOptions, Stores};
 
@@ -32,6 +33,8 @@ pub struct App {
     pub config: Config,
     /// One permit per allowed concurrent stream.
     pub streams: Arc<Semaphore>,
+    /// Every metric, exported on the metrics listener.
+    pub metrics: Arc<Metrics>,
 }
 
 impl App {
@@ -46,13 +49,17 @@ impl App {
                 Err(Error::InvalidArgument(format!("config: store.{what} must be positive")))
             }
         };
-        let stores = Arc::new(Stores::new(StoreOptions {
-            request_timeout: secs(s.request_timeout_secs, "request_timeout_secs")?,
-            connect_timeout: secs(s.connect_timeout_secs, "connect_timeout_secs")?,
-            max_retries: s.max_retries,
-            retry_timeout: Duration::from_secs(60),
-            simulated_latency: Duration::from_millis(s.simulated_latency_ms),
-        }));
+        let metrics = Arc::new(Metrics::new(config.server.max_job_labels));
+        let stores = Arc::new(
+            Stores::new(StoreOptions {
+                request_timeout: secs(s.request_timeout_secs, "request_timeout_secs")?,
+                connect_timeout: secs(s.connect_timeout_secs, "connect_timeout_secs")?,
+                max_retries: s.max_retries,
+                retry_timeout: Duration::from_secs(60),
+                simulated_latency: Duration::from_millis(s.simulated_latency_ms),
+            })
+            .with_metrics(metrics.clone()),
+        );
         let headers = HeaderCache::new(config.cache.header_entries);
         let options = OpenOptions {
             prefix_bytes: s.header_prefix_bytes.max(16),
@@ -61,10 +68,11 @@ impl App {
         let catalog = Arc::new(Catalog::build(&config.datasets, &stores, &headers, &options).await?);
         Ok(Self {
             catalog,
-            cache: TileCache::new(config.cache.capacity_bytes),
+            cache: TileCache::with_metrics(config.cache.capacity_bytes, Some(metrics.clone())),
             headers,
             stores,
             streams: Arc::new(Semaphore::new(config.limits.max_streams)),
+            metrics,
             config,
         })
     }
@@ -76,7 +84,53 @@ impl App {
             cache: self.cache.clone(),
             limits: self.config.limits.clone(),
             streams: self.streams.clone(),
+            metrics: self.metrics.clone(),
         }
+    }
+
+    /// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `shutdown` resolves.
+    pub async fn serve_metrics(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<()> {
+        use axum::routing::get;
+        let metrics = self.metrics.clone();
+        let ready = self.metrics.clone();
+        let router = axum::Router::new()
+            .route(
+                "/metrics",
+                get(move || {
+                    let m = metrics.clone();
+                    async move {
+                        (
+                            [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                            m.render(),
+                        )
+                    }
+                }),
+            )
+            .route("/healthz", get(|| async { "ok\n" }))
+            .route(
+                "/readyz",
+                get(move || {
+                    let r = ready.clone();
+                    async move {
+                        if r.ready.get() == 1 {
+                            (axum::http::StatusCode::OK, "ready\n")
+                        } else {
+                            (axum::http::StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+                        }
+                    }
+                }),
+            );
+        axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(|e| Error::Io {
+                context: "metrics server".into(),
+                source: e,
+            })
     }
 
     /// Streams running now.
@@ -88,6 +142,7 @@ impl App {
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         let (health_reporter, health) = tonic_health::server::health_reporter();
         health_reporter.set_serving::<FeedServer<FeedService>>().await;
+        self.metrics.ready.set(1);
         let reflection = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(cogfeed_proto::v1::FILE_DESCRIPTOR_SET)
             .build_v1()

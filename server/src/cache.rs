@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::cog::{Cog, TiffError, TiffResult};
+use crate::metrics::{Metrics, Timer};
 
 /// Identity of one decoded block.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -39,6 +40,7 @@ pub struct CacheStats {
 pub struct TileCache {
     cache: moka::future::Cache<TileKey, Tile>,
     stats: Arc<CacheStats>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl std::fmt::Debug for TileCache {
@@ -52,13 +54,28 @@ impl std::fmt::Debug for TileCache {
 impl TileCache {
     /// A cache holding about `capacity_bytes` of decoded tiles.
     pub fn new(capacity_bytes: u64) -> Self {
-        let cache = moka::future::Cache::builder()
+        Self::with_metrics(capacity_bytes, None)
+    }
+
+    /// Like [`TileCache::new`], exporting hits, misses, waits, evictions, size and decode
+    /// latency into `metrics`.
+    pub fn with_metrics(capacity_bytes: u64, metrics: Option<Arc<Metrics>>) -> Self {
+        let mut builder = moka::future::Cache::builder()
             .max_capacity(capacity_bytes / 1024)
-            .weigher(|_k: &TileKey, v: &Tile| (v.len() / 1024).clamp(1, u32::MAX as usize) as u32)
-            .build();
+            .weigher(|_k: &TileKey, v: &Tile| (v.len() / 1024).clamp(1, u32::MAX as usize) as u32);
+        if let Some(m) = &metrics {
+            m.cache_capacity_bytes.set(capacity_bytes as i64);
+            let evictions = m.cache_evictions.clone();
+            builder = builder.eviction_listener(move |_k, _v, cause| {
+                if cause == moka::notification::RemovalCause::Size {
+                    evictions.inc();
+                }
+            });
+        }
         Self {
-            cache,
+            cache: builder.build(),
             stats: Arc::new(CacheStats::default()),
+            metrics,
         }
     }
 
@@ -89,6 +106,9 @@ impl TileCache {
         };
         if let Some(tile) = self.cache.get(&key).await {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            if let Some(m) = &self.metrics {
+                m.cache_hits.inc();
+            }
             return Ok(tile);
         }
         let loaded = AtomicBool::new(false);
@@ -97,7 +117,12 @@ impl TileCache {
             .try_get_with(key, async {
                 loaded.store(true, Ordering::Relaxed);
                 let raw = cog.fetch_blocks(level, &[block]).await?;
+                let timer = self.metrics.as_ref().map(|m| {
+                    let codec = cog.level(level).map(|l| l.compression.name()).unwrap_or_default();
+                    Timer::start(&m.decode_seconds.with_label_values(&[codec.as_str()]))
+                });
                 let mut decoded = cog.decode_blocks(level, vec![block], raw).await?;
+                drop(timer);
                 let tile = decoded
                     .pop()
                     .ok_or_else(|| TiffError::Internal("no block decoded".into()))?;
@@ -105,10 +130,19 @@ impl TileCache {
             })
             .await
             .map_err(|e: Arc<TiffError>| (*e).clone());
-        if loaded.load(Ordering::Relaxed) {
+        let miss = loaded.load(Ordering::Relaxed);
+        if miss {
             self.stats.misses.fetch_add(1, Ordering::Relaxed);
         } else {
             self.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(m) = &self.metrics {
+            if miss {
+                m.cache_misses.inc();
+                m.cache_size_bytes.set((self.cache.weighted_size() * 1024) as i64);
+            } else {
+                m.cache_coalesced.inc();
+            }
         }
         result
     }

@@ -34,6 +34,13 @@ pub struct ServerConfig {
     /// Metrics and health listen address.
     #[serde(default = "default_metrics_listen")]
     pub metrics_listen: SocketAddr,
+    /// Distinct `job` label values exported; more jobs are folded into `other`.
+    #[serde(default = "default_max_jobs")]
+    pub max_job_labels: usize,
+}
+
+fn default_max_jobs() -> usize {
+    32
 }
 
 fn default_listen() -> SocketAddr {
@@ -49,6 +56,7 @@ impl Default for ServerConfig {
         Self {
             listen: default_listen(),
             metrics_listen: default_metrics_listen(),
+            max_job_labels: default_max_jobs(),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod inspect;
+pub mod metrics;
 pub mod npy;
 pub mod pipeline;
 pub mod rng;

@@ -22,8 +22,17 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(name = "cogfeed", version, about = "Cloud-Optimized GeoTIFF reader and batch server")]
 struct Cli {
+    /// Log format on stderr (filter with RUST_LOG, e.g. `info,cogfeed_server=debug`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Pretty)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Pretty,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -143,18 +152,51 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(cfg.server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.server.listen))?;
+    let metrics_listener = tokio::net::TcpListener::bind(cfg.server.metrics_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cfg.server.metrics_listen))?;
     let addr = listener.local_addr()?;
+    let metrics_addr = metrics_listener.local_addr()?;
     let app = App::build(cfg).await?;
     for d in app.catalog.all() {
         eprintln!("dataset {}: {} scenes, version {}", d.name, d.scenes.len(), d.version);
     }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let metrics_app = app.clone();
+    let mut metrics_stop = stop_rx.clone();
+    let metrics_task = tokio::spawn(async move {
+        metrics_app
+            .serve_metrics(metrics_listener, async move {
+                let _ = metrics_stop.changed().await;
+            })
+            .await
+    });
+    eprintln!("metrics on http://{metrics_addr}/metrics");
     eprintln!("grpc listening on http://{addr}");
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+    let shutdown = async move {
+        wait_for_signal().await;
         eprintln!("shutting down");
+        let _ = stop_tx.send(true);
     };
     app.serve(listener, shutdown).await?;
+    let _ = metrics_task.await;
     Ok(())
+}
+
+/// SIGINT or SIGTERM.
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -232,13 +274,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Pretty => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -3,10 +3,13 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Instant;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
+use prometheus::IntGauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use cogfeed_proto::v1 as pb;
@@ -16,8 +19,9 @@ use crate::cache::TileCache;
 use crate::catalog::{Catalog, Dataset};
 use crate::config::LimitsConfig;
 use crate::error::{Error, ErrorCode};
+use crate::metrics::Metrics;
 use crate::pipeline::transform::{OutType, Transform};
-use crate::pipeline::{self, BatchOut, StreamJob, TensorOut, patch};
+use crate::pipeline::{self, BatchOut, QueueObserver, StreamJob, TensorOut, patch};
 use crate::sampler::{Plan, PlanSpec, SamplerKind, SceneGrid, Share, WindowSpec};
 
 /// Maps a crate error onto a gRPC status; the message names dataset, object and tile.
@@ -44,6 +48,105 @@ pub struct FeedService {
     pub cache: TileCache,
     pub limits: LimitsConfig,
     pub streams: Arc<Semaphore>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Queue depth of one stream, added into its job's gauge.
+struct StreamQueue {
+    gauge: IntGauge,
+    queued: AtomicI64,
+}
+
+impl QueueObserver for StreamQueue {
+    fn pushed(&self) {
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        self.gauge.inc();
+    }
+    fn unpushed(&self) {
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        self.gauge.dec();
+    }
+}
+
+impl StreamQueue {
+    fn popped(&self) {
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        self.gauge.dec();
+    }
+}
+
+/// The response stream of one `StreamBatches` call: maps batches to messages and keeps the
+/// stream's metrics (sent bytes/patches/batches, queue depth, starved time, errors, active
+/// streams). Dropping it (client gone) releases the stream's permit and its gauges.
+struct MeteredStream {
+    rx: mpsc::Receiver<Result<BatchOut, Error>>,
+    queue: Arc<StreamQueue>,
+    metrics: Arc<Metrics>,
+    labels: [String; 2],
+    waiting_since: Option<Instant>,
+    active: IntGauge,
+    _permit: OwnedSemaphorePermit,
+    _span: tracing::Span,
+}
+
+impl Stream for MeteredStream {
+    type Item = Result<pb::Batch, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.rx.poll_recv(cx) {
+            Poll::Pending => {
+                // The transport asked for the next batch and none is ready: starved.
+                if self.waiting_since.is_none() {
+                    self.waiting_since = Some(Instant::now());
+                }
+                Poll::Pending
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(Some(item)) => {
+                let waited = self.waiting_since.take();
+                let this = &*self;
+                let labels = [this.labels[0].as_str(), this.labels[1].as_str()];
+                if let Some(t) = waited {
+                    this.metrics
+                        .starved_seconds
+                        .with_label_values(&labels)
+                        .inc_by(t.elapsed().as_secs_f64());
+                }
+                Poll::Ready(Some(match item {
+                    Ok(batch) => {
+                        this.queue.popped();
+                        let bytes = batch.image.data.len() + batch.label.as_ref().map_or(0, |l| l.data.len());
+                        this.metrics.bytes_sent.with_label_values(&labels).inc_by(bytes as u64);
+                        this.metrics
+                            .patches_sent
+                            .with_label_values(&labels)
+                            .inc_by(batch.windows.len() as u64);
+                        this.metrics.batches_sent.with_label_values(&labels).inc();
+                        Ok(batch_pb(batch))
+                    }
+                    Err(e) => {
+                        let status = status(&e);
+                        let code = format!("{:?}", status.code());
+                        this.metrics
+                            .stream_errors
+                            .with_label_values(&[labels[0], labels[1], code.as_str()])
+                            .inc();
+                        tracing::warn!(parent: &this._span, error = %e, "stream failed");
+                        Err(status)
+                    }
+                }))
+            }
+        }
+    }
+}
+
+impl Drop for MeteredStream {
+    fn drop(&mut self) {
+        self.active.dec();
+        let left = self.queue.queued.swap(0, Ordering::Relaxed);
+        self.queue.gauge.sub(left);
+        tracing::debug!(parent: &self._span, "stream closed");
+    }
 }
 
 fn invalid(msg: impl Into<String>) -> Status {
@@ -238,6 +341,7 @@ impl FeedService {
             },
             max_batches: r.max_batches,
             prefetch,
+            metrics: None,
         })
     }
 }
@@ -312,14 +416,40 @@ impl Feed for FeedService {
                 self.limits.max_streams
             ))
         })?;
-        let job = self.job(r.get_ref())?;
-        tracing::debug!(dataset = %job.dataset.name, job = %r.get_ref().job, rank = job.share.rank, "stream");
-        let (tx, rx) = mpsc::channel(self.limits.stream_queue_batches);
-        tokio::spawn(pipeline::run(job, self.cache.clone(), tx));
-        let stream = ReceiverStream::new(rx).map(move |item| {
-            let _held = &permit;
-            item.map(batch_pb).map_err(|e| status(&e))
+        let mut job = self.job(r.get_ref())?;
+        job.metrics = Some(self.metrics.clone());
+        let labels = [job.dataset.name.clone(), self.metrics.job_label(&r.get_ref().job)];
+        let span = tracing::info_span!(
+            "stream",
+            dataset = %job.dataset.name,
+            job = %r.get_ref().job,
+            rank = job.share.rank,
+            world = job.share.world
+        );
+        tracing::info!(parent: &span, batches = job.batch_count(), cursor = job.share.cursor, "stream opened");
+        let label_refs = [labels[0].as_str(), labels[1].as_str()];
+        let queue = Arc::new(StreamQueue {
+            gauge: self.metrics.queue_depth.with_label_values(&label_refs),
+            queued: AtomicI64::new(0),
         });
+        let active = self.metrics.active_streams.with_label_values(&label_refs);
+        active.inc();
+        let (tx, rx) = mpsc::channel(self.limits.stream_queue_batches);
+        let observer: Arc<dyn QueueObserver> = queue.clone();
+        tokio::spawn(tracing::Instrument::instrument(
+            pipeline::run(job, self.cache.clone(), tx, Some(observer)),
+            span.clone(),
+        ));
+        let stream = MeteredStream {
+            rx,
+            queue,
+            metrics: self.metrics.clone(),
+            labels,
+            waiting_since: None,
+            active,
+            _permit: permit,
+            _span: span,
+        };
         Ok(Response::new(Box::pin(stream)))
     }
 

@@ -20,6 +20,7 @@ use crate::cache::TileCache;
 use crate::catalog::Dataset;
 use crate::cog::{TiffError, on_cpu_pool};
 use crate::error::Error;
+use crate::metrics::{Metrics, Timer};
 use crate::sampler::{Plan, Share, WindowSpec};
 use transform::{Orientation, OutType, Transform, cast_plane, orient};
 
@@ -56,6 +57,8 @@ pub struct StreamJob {
     pub max_batches: u64,
     /// Samples loaded ahead of the one being batched.
     pub prefetch: usize,
+    /// Stage timings go here when set.
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 impl StreamJob {
@@ -103,7 +106,14 @@ async fn load_sample(job: &StreamJob, cache: &TileCache, i: u64) -> Result<Sampl
     let transform = job.transform.clone();
     let key = job.plan.augment_key(i);
     let object = scene.url.clone();
+    let metrics = job.metrics.clone();
     on_cpu_pool(move || {
+        let stage = |name: &str| {
+            metrics
+                .as_ref()
+                .map(|m| Timer::start(&m.stage_seconds.with_label_values(&[name])))
+        };
+        let assemble = stage("assemble");
         let raster = image.assemble();
         let (h, w) = (raster.height, raster.width);
         let o = if transform.augment {
@@ -119,6 +129,8 @@ async fn load_sample(job: &StreamJob, cache: &TileCache, i: u64) -> Result<Sampl
                 orient(&r.data, r.height, r.width, r.dtype.size(), o)
             }
         });
+        drop(assemble);
+        let _transform = stage("transform");
         if o == Orientation::NONE && transform.out == OutType::Native && transform.normalize.is_none() {
             // Nothing to change: the stitched patch is the sample.
             return Sample {
@@ -156,8 +168,21 @@ async fn load_sample(job: &StreamJob, cache: &TileCache, i: u64) -> Result<Sampl
     .map_err(|e: TiffError| Error::tiff(object.as_ref(), e))
 }
 
+/// Counts batches between the pipeline and the client (shared with the service's stream).
+pub trait QueueObserver: Send + Sync {
+    /// A batch is entering the queue.
+    fn pushed(&self);
+    /// A batch that was counted as pushed never made it (the client went away).
+    fn unpushed(&self);
+}
+
 /// Runs the stream: sends each batch (or the error that ended it) into `tx`.
-pub async fn run(job: StreamJob, cache: TileCache, tx: mpsc::Sender<Result<BatchOut, Error>>) {
+pub async fn run(
+    job: StreamJob,
+    cache: TileCache,
+    tx: mpsc::Sender<Result<BatchOut, Error>>,
+    queue: Option<Arc<dyn QueueObserver>>,
+) {
     let batches = job.batch_count();
     let b = job.share.batch as usize;
     let samples = (0..batches).flat_map(|k| job.share.samples(k));
@@ -206,8 +231,14 @@ pub async fn run(job: StreamJob, cache: TileCache, tx: mpsc::Sender<Result<Batch
             }),
             windows,
         };
+        if let Some(q) = &queue {
+            q.pushed();
+        }
         if tx.send(Ok(batch)).await.is_err() {
             // The client went away.
+            if let Some(q) = &queue {
+                q.unpushed();
+            }
             return;
         }
     }

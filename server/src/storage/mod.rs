@@ -130,6 +130,7 @@ pub struct ObjectReader {
     location: Location,
     stats: Arc<StoreStats>,
     latency: Duration,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl ObjectReader {
@@ -145,13 +146,104 @@ impl ObjectReader {
             location,
             stats,
             latency: Duration::ZERO,
+            metrics: None,
         }
+    }
+
+    /// Records requests, bytes and latency into `metrics`.
+    pub fn with_metrics(mut self, metrics: Option<Arc<crate::metrics::Metrics>>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Runs one request with its metrics: in flight, latency, result and bytes.
+    async fn metered<T>(
+        &self,
+        op: &str,
+        request: impl std::future::Future<Output = Result<T, ReadError>>,
+        size: impl Fn(&T) -> usize,
+    ) -> Result<T, ReadError> {
+        self.stats.record_get();
+        self.delay().await;
+        let Some(m) = &self.metrics else {
+            let out = request.await;
+            if let Ok(v) = &out {
+                self.stats.record_bytes(size(v));
+            }
+            return out;
+        };
+        let store = self.location.scheme.name();
+        let in_flight = m.store_in_flight.with_label_values(&[store]);
+        in_flight.inc();
+        let timer = m.store_seconds.with_label_values(&[store, op]).start_timer();
+        let out = request.await;
+        timer.observe_duration();
+        in_flight.dec();
+        let result = match &out {
+            Ok(v) => {
+                let n = size(v);
+                self.stats.record_bytes(n);
+                m.store_bytes.with_label_values(&[store, op]).inc_by(n as u64);
+                "ok"
+            }
+            Err(ReadError::NotFound) => "not_found",
+            Err(_) => "error",
+        };
+        m.store_requests.with_label_values(&[store, op, result]).inc();
+        out
     }
 
     /// Adds `latency` before every GET (benchmarks only).
     pub fn with_latency(mut self, latency: Duration) -> Self {
         self.latency = latency;
         self
+    }
+
+    async fn fetch_prefix(&self, len: u64) -> Result<Prefix, ReadError> {
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(0..len.max(1))),
+            ..Default::default()
+        };
+        let result = match self.store.get_opts(&self.location.path, options).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => return Err(ReadError::NotFound),
+            Err(e) => {
+                // A zero-length object cannot serve a range; tell it apart with a HEAD.
+                let meta = self.store.head(&self.location.path).await.map_err(read_error)?;
+                if meta.size == 0 {
+                    return Ok(Prefix {
+                        bytes: Bytes::new(),
+                        object_size: 0,
+                        version: meta.e_tag,
+                    });
+                }
+                return Err(read_error(e));
+            }
+        };
+        let object_size = result.meta.size;
+        let version = result.meta.e_tag.clone();
+        let bytes = result.bytes().await.map_err(read_error)?;
+        Ok(Prefix {
+            bytes,
+            object_size,
+            version,
+        })
+    }
+
+    async fn fetch_range(&self, range: Range<u64>) -> Result<Bytes, ReadError> {
+        let want = range.end - range.start;
+        let bytes = self
+            .store
+            .get_range(&self.location.path, range)
+            .await
+            .map_err(read_error)?;
+        if bytes.len() as u64 != want {
+            return Err(ReadError::Other(format!(
+                "store returned {} of {want} bytes",
+                bytes.len()
+            )));
+        }
+        Ok(bytes)
     }
 
     async fn delay(&self) {
@@ -186,59 +278,10 @@ impl RangeReader for ObjectReader {
     }
 
     fn read_prefix(&self, len: u64) -> BoxFuture<'_, Result<Prefix, ReadError>> {
-        Box::pin(async move {
-            self.stats.record_get();
-            self.delay().await;
-            let options = GetOptions {
-                range: Some(GetRange::Bounded(0..len.max(1))),
-                ..Default::default()
-            };
-            let result = match self.store.get_opts(&self.location.path, options).await {
-                Ok(r) => r,
-                Err(object_store::Error::NotFound { .. }) => return Err(ReadError::NotFound),
-                Err(e) => {
-                    // A zero-length object cannot serve a range; tell it apart with a HEAD.
-                    let meta = self.store.head(&self.location.path).await.map_err(read_error)?;
-                    if meta.size == 0 {
-                        return Ok(Prefix {
-                            bytes: Bytes::new(),
-                            object_size: 0,
-                            version: meta.e_tag,
-                        });
-                    }
-                    return Err(read_error(e));
-                }
-            };
-            let object_size = result.meta.size;
-            let version = result.meta.e_tag.clone();
-            let bytes = result.bytes().await.map_err(read_error)?;
-            self.stats.record_bytes(bytes.len());
-            Ok(Prefix {
-                bytes,
-                object_size,
-                version,
-            })
-        })
+        Box::pin(self.metered("get", self.fetch_prefix(len), |p: &Prefix| p.bytes.len()))
     }
 
     fn read_range(&self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes, ReadError>> {
-        Box::pin(async move {
-            let want = range.end - range.start;
-            self.stats.record_get();
-            self.delay().await;
-            let bytes = self
-                .store
-                .get_range(&self.location.path, range)
-                .await
-                .map_err(read_error)?;
-            self.stats.record_bytes(bytes.len());
-            if bytes.len() as u64 != want {
-                return Err(ReadError::Other(format!(
-                    "store returned {} of {want} bytes",
-                    bytes.len()
-                )));
-            }
-            Ok(bytes)
-        })
+        Box::pin(self.metered("get", self.fetch_range(range), |b: &Bytes| b.len()))
     }
 }

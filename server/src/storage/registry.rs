@@ -41,6 +41,7 @@ impl StoreStats {
 #[derive(Debug)]
 pub struct Stores {
     options: StoreOptions,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     stores: Mutex<HashMap<(Scheme, String), Arc<dyn ObjectStore>>>,
     stats: Arc<StoreStats>,
 }
@@ -50,9 +51,16 @@ impl Stores {
     pub fn new(options: StoreOptions) -> Self {
         Self {
             options,
+            metrics: None,
             stores: Mutex::new(HashMap::new()),
             stats: Arc::new(StoreStats::default()),
         }
+    }
+
+    /// Readers made from now on record into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Request counters of every reader made here.
@@ -79,7 +87,9 @@ impl Stores {
         let location = Location::parse(url)?;
         let store = self.store_for(&location)?;
         Ok(Arc::new(
-            ObjectReader::with_stats(store, location, self.stats.clone()).with_latency(self.options.simulated_latency),
+            ObjectReader::with_stats(store, location, self.stats.clone())
+                .with_latency(self.options.simulated_latency)
+                .with_metrics(self.metrics.clone()),
         ))
     }
 

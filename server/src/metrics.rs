@@ -1,0 +1,256 @@
+//! Every metric of the daemon, in one registry, with names and labels per DESIGN §6:
+//! `cogfeed_<subsystem>_<name>_<unit>`, base units, counters end in `_total`, durations are
+//! `_seconds` histograms, labels are small closed sets. The `job` label is capped: past
+//! `max_jobs` distinct values, new jobs are folded into `other`.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Latency buckets for store requests (1 ms to 30 s).
+const STORE_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// Buckets for CPU stages (10 µs to 1 s).
+const CPU_BUCKETS: &[f64] = &[
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
+/// The daemon's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    jobs: Mutex<HashSet<String>>,
+    max_jobs: usize,
+    pub bytes_sent: IntCounterVec,
+    pub patches_sent: IntCounterVec,
+    pub batches_sent: IntCounterVec,
+    pub queue_depth: IntGaugeVec,
+    pub active_streams: IntGaugeVec,
+    pub starved_seconds: prometheus::CounterVec,
+    pub stream_errors: IntCounterVec,
+    pub store_requests: IntCounterVec,
+    pub store_bytes: IntCounterVec,
+    pub store_seconds: HistogramVec,
+    pub store_in_flight: IntGaugeVec,
+    pub cache_hits: IntCounter,
+    pub cache_misses: IntCounter,
+    pub cache_coalesced: IntCounter,
+    pub cache_evictions: IntCounter,
+    pub cache_size_bytes: IntGauge,
+    pub cache_capacity_bytes: IntGauge,
+    pub decode_seconds: HistogramVec,
+    pub stage_seconds: HistogramVec,
+    pub ready: IntGauge,
+}
+
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let m = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let m = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+fn histogram_vec(r: &Registry, name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> HistogramVec {
+    let m = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels).expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    let m = IntCounter::new(name, help).expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    let m = IntGauge::new(name, help).expect("valid metric");
+    r.register(Box::new(m.clone())).expect("unique metric");
+    m
+}
+
+impl Metrics {
+    /// A fresh registry (one per daemon; tests make several) with `max_jobs` job labels.
+    #[allow(clippy::expect_used)] // metric definitions are static: a failure is a bug at start-up
+    pub fn new(max_jobs: usize) -> Self {
+        let r = Registry::new();
+        #[cfg(target_os = "linux")]
+        {
+            let _ = r.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()));
+        }
+        let dj = &["dataset", "job"];
+        let starved = prometheus::CounterVec::new(
+            Opts::new(
+                "cogfeed_stream_starved_seconds_total",
+                "Time streams were ready to send a batch and had none queued (the data-stall signal)",
+            ),
+            dj,
+        )
+        .expect("valid metric");
+        r.register(Box::new(starved.clone())).expect("unique metric");
+        Self {
+            bytes_sent: counter_vec(
+                &r,
+                "cogfeed_stream_sent_bytes_total",
+                "Tensor bytes sent to clients",
+                dj,
+            ),
+            patches_sent: counter_vec(
+                &r,
+                "cogfeed_stream_patches_total",
+                "Patches (samples) sent to clients",
+                dj,
+            ),
+            batches_sent: counter_vec(&r, "cogfeed_stream_batches_total", "Batches sent to clients", dj),
+            queue_depth: gauge_vec(
+                &r,
+                "cogfeed_stream_queue_depth_batches",
+                "Batches ready and queued towards clients",
+                dj,
+            ),
+            active_streams: gauge_vec(&r, "cogfeed_stream_active", "Streams open now", dj),
+            starved_seconds: starved,
+            stream_errors: counter_vec(
+                &r,
+                "cogfeed_stream_errors_total",
+                "Streams ended by an error, by gRPC code",
+                &["dataset", "job", "code"],
+            ),
+            store_requests: counter_vec(
+                &r,
+                "cogfeed_store_requests_total",
+                "Object-store requests by store, operation and result",
+                &["store", "op", "result"],
+            ),
+            store_bytes: counter_vec(
+                &r,
+                "cogfeed_store_bytes_total",
+                "Bytes read from object stores",
+                &["store", "op"],
+            ),
+            store_seconds: histogram_vec(
+                &r,
+                "cogfeed_store_request_duration_seconds",
+                "Object-store request latency (incl. retries)",
+                &["store", "op"],
+                STORE_BUCKETS,
+            ),
+            store_in_flight: gauge_vec(
+                &r,
+                "cogfeed_store_in_flight_requests",
+                "Object-store requests in flight",
+                &["store"],
+            ),
+            cache_hits: counter(&r, "cogfeed_cache_hits_total", "Tile cache hits"),
+            cache_misses: counter(
+                &r,
+                "cogfeed_cache_misses_total",
+                "Tile cache misses (each one fetch and one decode)",
+            ),
+            cache_coalesced: counter(
+                &r,
+                "cogfeed_cache_coalesced_waits_total",
+                "Requests that waited for another request's load of the same tile (single-flight)",
+            ),
+            cache_evictions: counter(
+                &r,
+                "cogfeed_cache_evictions_total",
+                "Tiles evicted to stay within capacity",
+            ),
+            cache_size_bytes: gauge(&r, "cogfeed_cache_size_bytes", "Decoded bytes held by the tile cache"),
+            cache_capacity_bytes: gauge(&r, "cogfeed_cache_capacity_bytes", "Capacity of the tile cache"),
+            decode_seconds: histogram_vec(
+                &r,
+                "cogfeed_decode_duration_seconds",
+                "Time to decode one tile, by codec",
+                &["codec"],
+                CPU_BUCKETS,
+            ),
+            stage_seconds: histogram_vec(
+                &r,
+                "cogfeed_pipeline_stage_duration_seconds",
+                "CPU time per sample by pipeline stage (assemble, transform)",
+                &["stage"],
+                CPU_BUCKETS,
+            ),
+            ready: gauge(&r, "cogfeed_ready", "1 when the catalog is open and the daemon serves"),
+            registry: r,
+            jobs: Mutex::new(HashSet::new()),
+            max_jobs,
+        }
+    }
+
+    /// The `job` label value for `job`: itself while fewer than `max_jobs` distinct jobs have
+    /// been seen (empty → `none`), `other` after that.
+    pub fn job_label(&self, job: &str) -> String {
+        let job = if job.is_empty() { "none" } else { job };
+        let Ok(mut seen) = self.jobs.lock() else {
+            return "other".into();
+        };
+        if seen.contains(job) {
+            return job.to_string();
+        }
+        if seen.len() < self.max_jobs {
+            seen.insert(job.to_string());
+            return job.to_string();
+        }
+        "other".into()
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// Observes the elapsed time of a scope into a histogram when dropped.
+pub struct Timer(Option<prometheus::HistogramTimer>);
+
+impl Timer {
+    /// Starts timing into `h`.
+    pub fn start(h: &Histogram) -> Self {
+        Self(Some(h.start_timer()))
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.observe_duration();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_labels_are_capped() {
+        let m = Metrics::new(2);
+        assert_eq!(m.job_label("a"), "a");
+        assert_eq!(m.job_label(""), "none");
+        assert_eq!(m.job_label("b"), "other");
+        assert_eq!(m.job_label("a"), "a");
+    }
+
+    #[test]
+    fn renders_the_names() {
+        let m = Metrics::new(4);
+        m.batches_sent.with_label_values(&["demo", "j"]).inc();
+        let text = m.render();
+        assert!(text.contains("cogfeed_stream_batches_total{dataset=\"demo\",job=\"j\"} 1"));
+        assert!(text.contains("cogfeed_cache_capacity_bytes"));
+    }
+}
