@@ -3,7 +3,6 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -51,27 +50,42 @@ pub struct FeedService {
     pub metrics: Arc<Metrics>,
 }
 
-/// Queue depth of one stream, added into its job's gauge.
+/// Queue depth of one stream, added into its job's gauge. After the stream closes, late
+/// pushes and failed sends no longer touch the gauge.
 struct StreamQueue {
     gauge: IntGauge,
-    queued: AtomicI64,
+    /// Batches counted into the gauge, and whether the stream has closed.
+    state: std::sync::Mutex<(i64, bool)>,
+}
+
+impl StreamQueue {
+    fn change(&self, delta: i64) {
+        if let Ok(mut st) = self.state.lock()
+            && !st.1
+        {
+            st.0 += delta;
+            self.gauge.add(delta);
+        }
+    }
+
+    fn popped(&self) {
+        self.change(-1);
+    }
+
+    fn close(&self) {
+        if let Ok(mut st) = self.state.lock() {
+            self.gauge.sub(st.0);
+            *st = (0, true);
+        }
+    }
 }
 
 impl QueueObserver for StreamQueue {
     fn pushed(&self) {
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        self.gauge.inc();
+        self.change(1);
     }
     fn unpushed(&self) {
-        self.queued.fetch_sub(1, Ordering::Relaxed);
-        self.gauge.dec();
-    }
-}
-
-impl StreamQueue {
-    fn popped(&self) {
-        self.queued.fetch_sub(1, Ordering::Relaxed);
-        self.gauge.dec();
+        self.change(-1);
     }
 }
 
@@ -143,8 +157,7 @@ impl Stream for MeteredStream {
 impl Drop for MeteredStream {
     fn drop(&mut self) {
         self.active.dec();
-        let left = self.queue.queued.swap(0, Ordering::Relaxed);
-        self.queue.gauge.sub(left);
+        self.queue.close();
         tracing::debug!(parent: &self._span, "stream closed");
     }
 }
@@ -430,7 +443,7 @@ impl Feed for FeedService {
         let label_refs = [labels[0].as_str(), labels[1].as_str()];
         let queue = Arc::new(StreamQueue {
             gauge: self.metrics.queue_depth.with_label_values(&label_refs),
-            queued: AtomicI64::new(0),
+            state: std::sync::Mutex::new((0, false)),
         });
         let active = self.metrics.active_streams.with_label_values(&label_refs);
         active.inc();

@@ -561,7 +561,11 @@ async fn a_slow_client_raises_queue_depth_and_a_slow_store_starves() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(depth, 4.0, "a client that stops reading fills its queue");
+    // The queue holds 4; one more may be ready and waiting to enter it.
+    assert!(
+        depth >= 4.0,
+        "a client that stops reading fills its queue, depth {depth}"
+    );
     drop(stream);
     drop(client);
     for _ in 0..100 {

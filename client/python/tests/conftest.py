@@ -42,7 +42,8 @@ class Daemon:
 
     def start(self):
         self.proc = subprocess.Popen(
-            [binary("cogfeed"), "serve", "--data-dir", str(self.data_dir), "--listen", self.address],
+            [binary("cogfeed"), "serve", "--data-dir", str(self.data_dir), "--listen", self.address,
+             "--metrics-listen", "127.0.0.1:0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         deadline = time.time() + 60
