@@ -185,7 +185,7 @@ pub struct DatasetConfig {
     /// Explicit scene URLs.
     #[serde(default)]
     pub scenes: Vec<String>,
-    /// Every `.tif`/`.tiff` under this prefix URL (listed on the store).
+    /// Every `.tif`/`.tiff` directly under this prefix URL (listed on the store).
     #[serde(default)]
     pub prefix: Option<String>,
     /// A text file listing one scene URL per line.

@@ -52,6 +52,11 @@ enum Command {
         #[arg(long, env = "COGFEED_DATA_DIR")]
         data_dir: Option<std::path::PathBuf>,
     },
+    /// Parse and validate a configuration file without opening any dataset.
+    CheckConfig {
+        /// TOML configuration file.
+        file: std::path::PathBuf,
+    },
     /// Write the demo dataset (tiled COGs with labels) into DIR.
     DemoData {
         /// Target directory.
@@ -207,6 +212,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             metrics_listen,
             data_dir,
         } => serve(config, listen, metrics_listen, data_dir).await?,
+        Command::CheckConfig { file } => {
+            let cfg = Config::load(&file)?;
+            println!("{}: ok, {} datasets", file.display(), cfg.datasets.len());
+        }
         Command::DemoData { dir, scenes, size } => {
             let paths = cogfeed_server::demo::write_scenes(&dir, scenes, size)?;
             println!("wrote {} scenes with labels to {}", paths.len(), dir.display());

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures::TryStreamExt;
 use object_store::ObjectStore;
 
 use super::{Location, ObjectReader, Scheme, StoreOptions, build_store};
@@ -93,18 +92,20 @@ impl Stores {
         ))
     }
 
-    /// URLs of every `.tif`/`.tiff` object under `prefix` (a URL ending in `/`), sorted.
+    /// URLs of the `.tif`/`.tiff` objects directly under `prefix` (a URL ending in `/`),
+    /// sorted; sub-folders are not descended into.
     pub async fn list_tiffs(&self, prefix: &str) -> Result<Vec<String>> {
         let base = prefix.trim_end_matches('/');
         let location = Location::parse(&format!("{base}/x.tif"))?;
         let store = self.store_for(&location)?;
         let dir = location.path.parts().collect::<Vec<_>>();
         let dir: object_store::path::Path = dir[..dir.len() - 1].iter().cloned().collect();
-        let listed: Vec<object_store::ObjectMeta> = store
-            .list(Some(&dir))
-            .try_collect()
+        // Direct children only: a `labels/` folder next to the scenes is not scenes.
+        let listed = store
+            .list_with_delimiter(Some(&dir))
             .await
-            .map_err(|e| Error::InvalidArgument(format!("cannot list {prefix}: {e}")))?;
+            .map_err(|e| Error::InvalidArgument(format!("cannot list {prefix}: {e}")))?
+            .objects;
         let mut urls: Vec<String> = listed
             .into_iter()
             .filter_map(|m| {
