@@ -35,6 +35,8 @@ pub struct App {
     pub streams: Arc<Semaphore>,
     /// Every metric, exported on the metrics listener.
     pub metrics: Arc<Metrics>,
+    /// Tells running streams that the daemon is shutting down.
+    pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl App {
@@ -73,6 +75,7 @@ impl App {
             stores,
             streams: Arc::new(Semaphore::new(config.limits.max_streams)),
             metrics,
+            shutdown: Arc::new(tokio::sync::watch::channel(false).0),
             config,
         })
     }
@@ -85,6 +88,7 @@ impl App {
             limits: self.config.limits.clone(),
             streams: self.streams.clone(),
             metrics: self.metrics.clone(),
+            shutdown: self.shutdown.subscribe(),
         }
     }
 
@@ -138,8 +142,19 @@ impl App {
         self.config.limits.max_streams - self.streams.available_permits()
     }
 
-    /// Serves gRPC on `listener` until `shutdown` resolves.
+    /// Serves gRPC on `listener` until `shutdown` resolves; then running streams end with
+    /// UNAVAILABLE naming their cursor, and the server stops within 10 s at most.
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+        self.serve_with_drain(listener, shutdown, Duration::from_secs(10)).await
+    }
+
+    /// [`App::serve`] with an explicit bound on the drain after shutdown.
+    pub async fn serve_with_drain(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+        drain: Duration,
+    ) -> Result<()> {
         let (health_reporter, health) = tonic_health::server::health_reporter();
         health_reporter.set_serving::<FeedServer<FeedService>>().await;
         self.metrics.ready.set(1);
@@ -150,7 +165,17 @@ impl App {
         let feed = FeedServer::new(self.service())
             .max_decoding_message_size(1 << 20)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        tonic::transport::Server::builder()
+        let stop = self.shutdown.clone();
+        let metrics = self.metrics.clone();
+        let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+        let signalled = async move {
+            shutdown.await;
+            metrics.ready.set(0);
+            // Streams end with UNAVAILABLE and their cursor; clients reconnect elsewhere.
+            let _ = stop.send(true);
+            let _ = signalled_tx.send(());
+        };
+        let server = tonic::transport::Server::builder()
             .initial_stream_window_size(Some(8 << 20))
             .initial_connection_window_size(Some(32 << 20))
             .max_frame_size(Some((1 << 20) - 1))
@@ -158,11 +183,24 @@ impl App {
             .add_service(health)
             .add_service(reflection)
             .add_service(feed)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-            .await
-            .map_err(|e| Error::Io {
-                context: "grpc server".into(),
-                source: std::io::Error::other(e.to_string()),
-            })
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signalled);
+        let bound = async move {
+            if signalled_rx.await.is_ok() {
+                tokio::time::sleep(drain).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let result = tokio::select! {
+            r = server => r,
+            _ = bound => {
+                tracing::warn!("connections still open after the drain period; exiting");
+                Ok(())
+            }
+        };
+        result.map_err(|e| Error::Io {
+            context: "grpc server".into(),
+            source: std::io::Error::other(e.to_string()),
+        })
     }
 }

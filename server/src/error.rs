@@ -47,6 +47,12 @@ pub enum Error {
     /// A bad argument that is not about a particular object.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The daemon is shutting down; the client should reconnect and resume from `cursor`.
+    #[error("server shutting down; resume from cursor {cursor}")]
+    ShuttingDown {
+        /// Global sample offset after the last batch sent.
+        cursor: u64,
+    },
     /// Local I/O failed (writing output files and the like).
     #[error("{context}: {source}")]
     Io {
@@ -81,6 +87,7 @@ impl Error {
                 TiffError::Read(ReadError::Other(_)) => ErrorCode::Unavailable,
             },
             Error::InvalidUrl { .. } | Error::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            Error::ShuttingDown { .. } => ErrorCode::Unavailable,
             Error::Io { .. } => ErrorCode::Internal,
         }
     }

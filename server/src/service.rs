@@ -48,6 +48,8 @@ pub struct FeedService {
     pub limits: LimitsConfig,
     pub streams: Arc<Semaphore>,
     pub metrics: Arc<Metrics>,
+    /// Set to true when the daemon shuts down.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Queue depth of one stream, added into its job's gauge. After the stream closes, late
@@ -355,6 +357,7 @@ impl FeedService {
             max_batches: r.max_batches,
             prefetch,
             metrics: None,
+            shutdown: Some(self.shutdown.clone()),
         })
     }
 }

@@ -635,3 +635,50 @@ async fn metrics_endpoint_serves_health_and_exposition() {
         assert!(body.contains(name), "{name} missing");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_streams_with_unavailable_and_their_cursor() {
+    let app = App::build(Config::demo(demo_dir())).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (tx, rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(app.clone().serve_with_drain(
+        listener,
+        async {
+            let _ = rx.await;
+        },
+        Duration::from_secs(5),
+    ));
+    let mut client = Client::connect(&addr).await.unwrap();
+    let mut r = request(pb::Sampler::Random, 2);
+    r.samples_per_epoch = 1_000_000;
+    r.prefetch = 1;
+    let mut stream = client.stream(r).await.unwrap();
+    let mut last = 0;
+    for _ in 0..3 {
+        last = stream.next().await.unwrap().unwrap().cursor;
+    }
+    let t = std::time::Instant::now();
+    tx.send(()).unwrap();
+    let mut ended = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(b) => last = b.cursor,
+            Err(e) => {
+                ended = Some(e);
+                break;
+            }
+        }
+    }
+    let Some(cogfeed_client::ClientError::Status(s)) = ended else {
+        panic!("the stream did not end with a status");
+    };
+    assert_eq!(s.code(), tonic::Code::Unavailable, "{}", s.message());
+    assert!(
+        s.message().contains(&format!("cursor {last}")),
+        "{} (last cursor {last})",
+        s.message()
+    );
+    server.await.unwrap().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(6), "shutdown exceeded its bound");
+}

@@ -59,6 +59,8 @@ pub struct StreamJob {
     pub prefetch: usize,
     /// Stage timings go here when set.
     pub metrics: Option<Arc<Metrics>>,
+    /// Becomes true when the daemon shuts down: the stream ends with UNAVAILABLE.
+    pub shutdown: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl StreamJob {
@@ -199,7 +201,29 @@ pub async fn run(
         let mut label = job.labels.then(Vec::new);
         let mut windows = Vec::with_capacity(b);
         for _ in 0..b {
-            let sample = match loaded.next().await {
+            let next = match job.shutdown.clone() {
+                Some(mut stop) => tokio::select! {
+                    s = loaded.next() => s,
+                    _ = async {
+                        loop {
+                            let stopping = *stop.borrow_and_update();
+                            if stopping {
+                                break;
+                            }
+                            if stop.changed().await.is_err() {
+                                // No daemon to signal a shutdown any more: never fires.
+                                std::future::pending::<()>().await;
+                            }
+                        }
+                    } => {
+                        let cursor = if k == 0 { job.share.cursor } else { job.share.cursor_after(k - 1) };
+                        let _ = tx.send(Err(Error::ShuttingDown { cursor })).await;
+                        return;
+                    }
+                },
+                None => loaded.next().await,
+            };
+            let sample = match next {
                 Some(Ok(s)) => s,
                 Some(Err(e)) => {
                     let _ = tx.send(Err(e)).await;
