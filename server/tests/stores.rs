@@ -1,0 +1,367 @@
+//! Real object stores: an S3-compatible server (s3s-fs) and Azurite, started here on
+//! 127.0.0.1. One conformance suite (the GDAL fixtures) runs against every backend (local
+//! files, memory, S3, Azure), and the daemon serves byte-identical batches from s3:// and
+//! az:// datasets as from the same files on disk.
+//!
+//! The servers come from `.ci/test`, which installs them into `~/.cache/cogfeed-tools`
+//! (`COGFEED_TOOLS` overrides): `cargo install s3s-fs@0.14.1 --features binary` and
+//! `npm install azurite@3.35.0`, plus `pip install azure-storage-blob` to create containers.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cogfeed_client::{Client, pb};
+use cogfeed_server::cog::{Cog, OpenOptions, RangeReader, WindowRequest};
+use cogfeed_server::storage::{Location, ObjectReader, Scheme};
+use common::{crop, fixtures, read_npy};
+use futures::StreamExt;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+const S3_KEY: &str = "cogfeedtest";
+const S3_SECRET: &str = "cogfeedtestsecret";
+const AZ_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+fn tools() -> PathBuf {
+    std::env::var_os("COGFEED_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/cogfeed-tools"))
+}
+
+fn need(path: PathBuf) -> PathBuf {
+    assert!(
+        path.exists(),
+        "{} is missing: run `bash .ci/test` once (it installs s3s-fs and Azurite), or set COGFEED_TOOLS",
+        path.display()
+    );
+    path
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_port(port: u16) {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing listens on port {port}");
+}
+
+/// A child process killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Servers {
+    s3_port: u16,
+    az_port: u16,
+    _s3: Proc,
+    _az: Proc,
+    _root: tempfile::TempDir,
+}
+
+fn start_servers(containers: &[&str]) -> Servers {
+    let root = tempfile::tempdir().unwrap();
+    for c in containers {
+        std::fs::create_dir_all(root.path().join(c)).unwrap();
+    }
+    let s3_port = free_port();
+    let s3 = Command::new(need(tools().join("bin/s3s-fs")))
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &s3_port.to_string(),
+            "--access-key",
+            S3_KEY,
+            "--secret-key",
+            S3_SECRET,
+        ])
+        .arg(root.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let az_port = free_port();
+    let az = Command::new(need(tools().join("azurite/node_modules/.bin/azurite-blob")))
+        .args(["--blobHost", "127.0.0.1", "--blobPort", &az_port.to_string()])
+        .args([
+            "--inMemoryPersistence",
+            "--disableTelemetry",
+            "--skipApiVersionCheck",
+            "--silent",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (s3, az) = (Proc(s3), Proc(az));
+    wait_port(s3_port);
+    wait_port(az_port);
+    let helper = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/azure_container.py");
+    for c in containers {
+        let ok = Command::new("python3")
+            .arg(&helper)
+            .arg(az_port.to_string())
+            .arg(c)
+            .status()
+            .unwrap();
+        assert!(
+            ok.success(),
+            "cannot create container {c} (pip install azure-storage-blob)"
+        );
+    }
+    Servers {
+        s3_port,
+        az_port,
+        _s3: s3,
+        _az: az,
+        _root: root,
+    }
+}
+
+impl Servers {
+    fn s3(&self, bucket: &str) -> Arc<dyn ObjectStore> {
+        Arc::new(
+            object_store::aws::AmazonS3Builder::new()
+                .with_endpoint(format!("http://127.0.0.1:{}", self.s3_port))
+                .with_allow_http(true)
+                .with_bucket_name(bucket)
+                .with_region("us-east-1")
+                .with_access_key_id(S3_KEY)
+                .with_secret_access_key(S3_SECRET)
+                .build()
+                .unwrap(),
+        )
+    }
+
+    fn azure(&self, container: &str) -> Arc<dyn ObjectStore> {
+        Arc::new(
+            object_store::azure::MicrosoftAzureBuilder::new()
+                .with_account("devstoreaccount1")
+                .with_access_key(AZ_KEY)
+                .with_endpoint(format!("http://127.0.0.1:{}/devstoreaccount1", self.az_port))
+                .with_allow_http(true)
+                .with_container_name(container)
+                .build()
+                .unwrap(),
+        )
+    }
+
+    /// Environment for a daemon reaching these servers through the standard variables.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT", format!("http://127.0.0.1:{}", self.s3_port)),
+            ("AWS_ALLOW_HTTP", "true".into()),
+            ("AWS_ACCESS_KEY_ID", S3_KEY.into()),
+            ("AWS_SECRET_ACCESS_KEY", S3_SECRET.into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AZURE_STORAGE_USE_EMULATOR", "true".into()),
+            ("AZURITE_BLOB_STORAGE_URL", format!("http://127.0.0.1:{}", self.az_port)),
+        ]
+    }
+}
+
+async fn upload(store: &Arc<dyn ObjectStore>, key: &str, file: &Path) {
+    let bytes = std::fs::read(file).unwrap();
+    store.put(&StorePath::from(key), PutPayload::from(bytes)).await.unwrap();
+}
+
+/// The same fixture reads against every backend: the conformance suite of the stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_backend_reads_the_fixtures_like_gdal() {
+    let servers = start_servers(&["fixtures"]);
+    let local_root = tempfile::tempdir().unwrap();
+    let backends: Vec<(&str, Scheme, Arc<dyn ObjectStore>)> = vec![
+        (
+            "file",
+            Scheme::Local,
+            Arc::new(object_store::local::LocalFileSystem::new_with_prefix(local_root.path()).unwrap()),
+        ),
+        ("memory", Scheme::Local, Arc::new(object_store::memory::InMemory::new())),
+        ("s3", Scheme::S3, servers.s3("fixtures")),
+        ("azure", Scheme::Azure, servers.azure("fixtures")),
+    ];
+    let manifest: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap()).unwrap();
+    for (name, scheme, store) in &backends {
+        for entry in &manifest {
+            let fixture = entry["name"].as_str().unwrap();
+            let key = format!("tif/{fixture}.tif");
+            upload(store, &key, &fixtures().join(&key)).await;
+            let location = Location {
+                url: format!("{name}://fixtures/{key}"),
+                scheme: *scheme,
+                container: "fixtures".into(),
+                path: StorePath::from(key.as_str()),
+            };
+            let reader: Arc<dyn RangeReader> = Arc::new(ObjectReader::new(store.clone(), location));
+            let cog = Cog::open(reader, OpenOptions::default())
+                .await
+                .unwrap_or_else(|e| panic!("{name} {fixture}: {e}"));
+            for level in 0..cog.header().levels.len() {
+                let l = cog.level(level).unwrap();
+                let req = WindowRequest {
+                    level,
+                    col: 0,
+                    row: 0,
+                    width: l.width,
+                    height: l.height,
+                    bands: None,
+                };
+                let got = cog.read_window(&req).await.unwrap();
+                let expected = read_npy(&fixtures().join(format!("expected/{fixture}.l{level}.npy")));
+                let want = crop(
+                    &expected,
+                    l.dtype.size(),
+                    (0, 0, l.width as usize, l.height as usize),
+                    &(0..l.bands).collect::<Vec<_>>(),
+                );
+                if entry["lossy"].as_bool().unwrap() {
+                    let d = got
+                        .data
+                        .iter()
+                        .zip(&want)
+                        .map(|(a, b)| a.abs_diff(*b))
+                        .max()
+                        .unwrap_or(0);
+                    assert!(d <= 8, "{name} {fixture} l{level}: lossy difference {d}");
+                } else {
+                    assert!(got.data == want, "{name} {fixture} l{level}: pixels differ from GDAL");
+                }
+            }
+        }
+    }
+    // A missing object is NOT_FOUND on every backend.
+    for (name, scheme, store) in &backends {
+        let location = Location {
+            url: format!("{name}://fixtures/missing.tif"),
+            scheme: *scheme,
+            container: "fixtures".into(),
+            path: StorePath::from("missing.tif"),
+        };
+        let reader: Arc<dyn RangeReader> = Arc::new(ObjectReader::new(store.clone(), location));
+        let err = Cog::open(reader, OpenOptions::default()).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                cogfeed_server::cog::TiffError::Read(cogfeed_server::cog::ReadError::NotFound)
+            ),
+            "{name}: {err}"
+        );
+    }
+}
+
+async fn stream_all(addr: &str, dataset: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut client = Client::connect(addr).await.unwrap();
+    let r = pb::StreamBatchesRequest {
+        dataset: dataset.into(),
+        sampler: pb::Sampler::Random as i32,
+        patch_size: 200,
+        batch_size: 4,
+        seed: 11,
+        samples_per_epoch: 48,
+        labels: true,
+        augment: true,
+        world_size: 1,
+        ..Default::default()
+    };
+    client
+        .stream(r)
+        .await
+        .unwrap()
+        .map(|b| {
+            let b = b.unwrap();
+            (b.image.data.to_vec(), b.label.unwrap().data.to_vec())
+        })
+        .collect()
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_and_azure_datasets_serve_the_same_bytes_as_local_files() {
+    let servers = start_servers(&["demo"]);
+    let dir = tempfile::tempdir().unwrap();
+    let scenes = cogfeed_server::demo::write_demo(dir.path()).unwrap();
+    let (s3, az) = (servers.s3("demo"), servers.azure("demo"));
+    for scene in &scenes {
+        let name = scene.file_name().unwrap().to_str().unwrap();
+        for store in [&s3, &az] {
+            upload(store, name, scene).await;
+            upload(store, &format!("labels/{name}"), &dir.path().join("labels").join(name)).await;
+        }
+    }
+    let local = dir.path().to_str().unwrap();
+    let config = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+metrics_listen = "127.0.0.1:0"
+[[datasets]]
+name = "local"
+prefix = "{local}/"
+labels = "{local}/labels/{{stem}}.tif"
+[[datasets]]
+name = "s3"
+prefix = "s3://demo/"
+labels = "s3://demo/labels/{{stem}}.tif"
+[[datasets]]
+name = "azure"
+prefix = "az://demo/"
+labels = "az://demo/labels/{{stem}}.tif"
+"#
+    );
+    let cfg = dir.path().join("cogfeed.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let port = free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cogfeed"));
+    cmd.args([
+        "serve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .env("RUST_LOG", "warn");
+    for (k, v) in servers.env() {
+        cmd.env(k, v);
+    }
+    let _daemon = Proc(cmd.spawn().unwrap());
+    wait_port(port);
+    let addr = format!("127.0.0.1:{port}");
+    let mut client = Client::connect(&addr).await.unwrap();
+    let sets = client.datasets().await.unwrap();
+    assert_eq!(sets.len(), 3);
+    assert!(sets.iter().all(|d| d.scenes == 4 && d.labels), "{sets:?}");
+    let local = stream_all(&addr, "local").await;
+    assert_eq!(local.len(), 12);
+    assert!(
+        stream_all(&addr, "s3").await == local,
+        "s3:// batches differ from file:// ones"
+    );
+    assert!(
+        stream_all(&addr, "azure").await == local,
+        "az:// batches differ from file:// ones"
+    );
+}
