@@ -59,6 +59,9 @@ impl App {
                 max_retries: s.max_retries,
                 retry_timeout: Duration::from_secs(60),
                 simulated_latency: Duration::from_millis(s.simulated_latency_ms),
+                s3_endpoint: s.s3_endpoint.clone(),
+                s3_access_key_id: s.s3_access_key_id.clone(),
+                s3_secret_access_key: s.s3_secret_access_key.clone(),
             })
             .with_metrics(metrics.clone()),
         );

@@ -105,6 +105,15 @@ pub struct StoreConfig {
     /// Extra delay per GET, for benchmarking latency hiding on local data (0 = none).
     #[serde(default)]
     pub simulated_latency_ms: u64,
+    /// S3 endpoint (overrides `AWS_ENDPOINT`), for S3-compatible servers.
+    #[serde(default)]
+    pub s3_endpoint: Option<String>,
+    /// S3 access key id (overrides `AWS_ACCESS_KEY_ID`; prefer the environment or a secret).
+    #[serde(default)]
+    pub s3_access_key_id: Option<String>,
+    /// S3 secret (overrides `AWS_SECRET_ACCESS_KEY`; prefer the environment or a secret).
+    #[serde(default)]
+    pub s3_secret_access_key: Option<String>,
 }
 
 fn default_request_timeout() -> f64 {
@@ -128,6 +137,9 @@ impl Default for StoreConfig {
             max_retries: default_retries(),
             header_prefix_bytes: default_prefix(),
             simulated_latency_ms: 0,
+            s3_endpoint: None,
+            s3_access_key_id: None,
+            s3_secret_access_key: None,
         }
     }
 }

@@ -365,3 +365,195 @@ labels = "az://demo/labels/{{stem}}.tif"
         "az:// batches differ from file:// ones"
     );
 }
+
+/// An HTTP proxy in front of a store that answers 503 to chosen requests (one request per
+/// connection; the store client reconnects). `fail(path_part, n)`: the next `n` requests
+/// whose target contains `path_part` get 503 (`u64::MAX` = always).
+struct FaultProxy {
+    port: u16,
+    rules: Arc<std::sync::Mutex<Vec<(String, u64)>>>,
+    injected: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl FaultProxy {
+    async fn start(upstream: u16) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let rules: Arc<std::sync::Mutex<Vec<(String, u64)>>> = Arc::default();
+        let injected = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (r, inj) = (rules.clone(), injected.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                let (rules, injected) = (r.clone(), inj.clone());
+                tokio::spawn(async move {
+                    // Read the request head (GET/HEAD carry no body).
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match client.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head).to_string();
+                    let target = text.split_whitespace().nth(1).unwrap_or("").to_string();
+                    let fail = {
+                        let mut rules = rules.lock().unwrap();
+                        rules
+                            .iter_mut()
+                            .find(|(p, n)| *n > 0 && target.contains(p.as_str()))
+                            .map(|(_, n)| {
+                                if *n != u64::MAX {
+                                    *n -= 1;
+                                }
+                            })
+                    };
+                    if fail.is_some() {
+                        injected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let _ = client
+                            .write_all(
+                                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                            )
+                            .await;
+                        return;
+                    }
+                    let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
+                        return;
+                    };
+                    // One request per connection: ask the upstream to close after answering.
+                    let rewritten = text.replacen("\r\n", "\r\nConnection: close\r\n", 1);
+                    if up.write_all(rewritten.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let mut response = Vec::new();
+                    let _ = up.read_to_end(&mut response).await;
+                    let _ = client.write_all(&response).await;
+                });
+            }
+        });
+        Self { port, rules, injected }
+    }
+
+    fn fail(&self, path_part: &str, n: u64) {
+        self.rules.lock().unwrap().push((path_part.to_string(), n));
+    }
+
+    fn injected(&self) -> u64 {
+        self.injected.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_faults_are_retried_or_end_only_the_affected_stream() {
+    use cogfeed_server::app::App;
+    use cogfeed_server::config::{Config, DatasetConfig};
+    let servers = start_servers(&["faults"]);
+    let dir = tempfile::tempdir().unwrap();
+    let scenes = cogfeed_server::demo::write_demo(dir.path()).unwrap();
+    let s3 = servers.s3("faults");
+    for scene in &scenes {
+        let name = scene.file_name().unwrap().to_str().unwrap();
+        upload(&s3, name, scene).await;
+    }
+    let proxy = FaultProxy::start(servers.s3_port).await;
+    // The daemon in-process, talking to the proxy through explicit store options.
+    let mut config = Config::demo(dir.path());
+    config.store.max_retries = 3;
+    config.store.s3_endpoint = Some(format!("http://127.0.0.1:{}", proxy.port));
+    config.store.s3_access_key_id = Some(S3_KEY.into());
+    config.store.s3_secret_access_key = Some(S3_SECRET.into());
+    config.datasets = vec![
+        DatasetConfig {
+            name: "flaky".into(),
+            scenes: vec!["s3://faults/scene_00.tif".into(), "s3://faults/scene_01.tif".into()],
+            ..config.datasets[0].clone()
+        },
+        DatasetConfig {
+            name: "steady".into(),
+            scenes: vec!["s3://faults/scene_02.tif".into()],
+            ..config.datasets[0].clone()
+        },
+    ];
+    for d in &mut config.datasets {
+        d.labels = None;
+    }
+    let app = App::build(config).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = app.clone();
+    tokio::spawn(async move { server.serve(listener, std::future::pending()).await });
+    let request = |dataset: &str| pb::StreamBatchesRequest {
+        dataset: dataset.into(),
+        sampler: pb::Sampler::Aligned as i32,
+        patch_size: 256,
+        batch_size: 2,
+        world_size: 1,
+        prefetch: 2,
+        ..Default::default()
+    };
+
+    // Transient: the next 3 reads of scene_00 get 503 (at most 3 for any one request, and
+    // the store retries 3 times); the stream never sees them.
+    proxy.fail("scene_00", 3);
+    let batches: Vec<_> = Client::connect(&addr)
+        .await
+        .unwrap()
+        .stream(request("flaky"))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    if let Some(Err(e)) = batches.iter().find(|b| b.is_err()) {
+        panic!("transient 503s must be retried: {e}");
+    }
+    assert_eq!(batches.len(), 16);
+    assert_eq!(proxy.injected(), 3);
+
+    // Permanent: scene_01 always fails from now on; overview tiles are not cached yet.
+    proxy.fail("scene_01", u64::MAX);
+    let mut steady = Client::connect(&addr)
+        .await
+        .unwrap()
+        .stream(request("steady"))
+        .await
+        .unwrap();
+    let mut flaky_req = request("flaky");
+    flaky_req.level = 1;
+    let flaky: Vec<_> = Client::connect(&addr)
+        .await
+        .unwrap()
+        .stream(flaky_req)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let err = flaky
+        .into_iter()
+        .find_map(|b| b.err())
+        .expect("a store that keeps failing must end the stream");
+    let cogfeed_client::ClientError::Status(status) = err else {
+        panic!("not a status: {err}")
+    };
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{}", status.message());
+    assert!(
+        status.message().contains("s3://faults/scene_01.tif"),
+        "{}",
+        status.message()
+    );
+    // The other stream keeps running.
+    let mut n = 0;
+    while let Some(b) = steady.next().await {
+        b.unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 8);
+    let text = app.metrics.render();
+    assert!(
+        text.contains("cogfeed_store_requests_total{op=\"get\",result=\"error\",store=\"s3\"}"),
+        "errors counted"
+    );
+}

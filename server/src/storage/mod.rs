@@ -38,6 +38,10 @@ pub struct StoreOptions {
     /// benchmarks on local data (object_store's `ThrottledStore` cannot wrap local files).
     /// Zero in production.
     pub simulated_latency: Duration,
+    /// S3 endpoint, key id and secret overriding the environment (None = environment).
+    pub s3_endpoint: Option<String>,
+    pub s3_access_key_id: Option<String>,
+    pub s3_secret_access_key: Option<String>,
 }
 
 impl Default for StoreOptions {
@@ -48,6 +52,9 @@ impl Default for StoreOptions {
             max_retries: 5,
             retry_timeout: Duration::from_secs(60),
             simulated_latency: Duration::ZERO,
+            s3_endpoint: None,
+            s3_access_key_id: None,
+            s3_secret_access_key: None,
         }
     }
 }
@@ -81,6 +88,17 @@ pub fn build_store(location: &Location, options: &StoreOptions) -> Result<Arc<dy
                 .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect);
             if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
                 b = b.with_region("us-east-1");
+            }
+            if let Some(endpoint) = &options.s3_endpoint {
+                b = b
+                    .with_endpoint(endpoint)
+                    .with_allow_http(endpoint.starts_with("http://"));
+            }
+            if let Some(id) = &options.s3_access_key_id {
+                b = b.with_access_key_id(id);
+            }
+            if let Some(secret) = &options.s3_secret_access_key {
+                b = b.with_secret_access_key(secret);
             }
             Arc::new(b.build().map_err(invalid)?)
         }
