@@ -85,6 +85,7 @@ impl Error {
                 TiffError::Read(ReadError::NotFound) => ErrorCode::NotFound,
                 TiffError::Read(ReadError::Unavailable(_)) => ErrorCode::Unavailable,
                 TiffError::Read(ReadError::Other(_)) => ErrorCode::Unavailable,
+                TiffError::Read(ReadError::Changed) => ErrorCode::FailedPrecondition,
             },
             Error::InvalidUrl { .. } | Error::InvalidArgument(_) => ErrorCode::InvalidArgument,
             Error::ShuttingDown { .. } => ErrorCode::Unavailable,

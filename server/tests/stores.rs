@@ -557,3 +557,66 @@ async fn store_faults_are_retried_or_end_only_the_affected_stream() {
         "errors counted"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_object_is_never_read_half_old_half_new() {
+    use cogfeed_server::app::App;
+    use cogfeed_server::config::Config;
+    let servers = start_servers(&["swap"]);
+    let dir = tempfile::tempdir().unwrap();
+    let scenes = cogfeed_server::demo::write_demo(dir.path()).unwrap();
+    let s3 = servers.s3("swap");
+    upload(&s3, "scene.tif", &scenes[0]).await;
+    let mut config = Config::demo(dir.path());
+    config.store.s3_endpoint = Some(format!("http://127.0.0.1:{}", servers.s3_port));
+    config.store.s3_access_key_id = Some(S3_KEY.into());
+    config.store.s3_secret_access_key = Some(S3_SECRET.into());
+    config.datasets[0].scenes = vec!["s3://swap/scene.tif".into()];
+    config.datasets[0].labels = None;
+    let app = App::build(config).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = app.clone();
+    tokio::spawn(async move { server.serve(listener, std::future::pending()).await });
+    let request = |level: u32| pb::StreamBatchesRequest {
+        dataset: "demo".into(),
+        sampler: pb::Sampler::Aligned as i32,
+        patch_size: 256,
+        batch_size: 2,
+        level,
+        world_size: 1,
+        ..Default::default()
+    };
+    let before: Vec<_> = Client::connect(&addr)
+        .await
+        .unwrap()
+        .stream(request(0))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert!(before.iter().all(|b| b.is_ok()));
+    // Replace the object with another scene (same layout, new bytes, new ETag).
+    upload(&s3, "scene.tif", &scenes[1]).await;
+    let after: Vec<_> = Client::connect(&addr)
+        .await
+        .unwrap()
+        .stream(request(1))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let err = after
+        .into_iter()
+        .find_map(|b| b.err())
+        .expect("reads of a replaced object must fail");
+    let cogfeed_client::ClientError::Status(status) = err else {
+        panic!("not a status: {err}")
+    };
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{}", status.message());
+    assert!(
+        status.message().contains("changed") && status.message().contains("s3://swap/scene.tif"),
+        "{}",
+        status.message()
+    );
+}

@@ -21,6 +21,9 @@ pub enum ReadError {
     /// The store could not be reached or kept failing after its retries.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The object was replaced since its header was read (its ETag changed).
+    #[error("object changed since it was opened (new version)")]
+    Changed,
     /// The store refused or answered something unusable.
     #[error("read failed: {0}")]
     Other(String),

@@ -149,6 +149,9 @@ pub struct ObjectReader {
     stats: Arc<StoreStats>,
     latency: Duration,
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The ETag seen by the first read: later reads require it (`If-Match`), so a replaced
+    /// object is never read half old, half new.
+    etag: Arc<std::sync::OnceLock<String>>,
 }
 
 impl ObjectReader {
@@ -165,6 +168,7 @@ impl ObjectReader {
             stats,
             latency: Duration::ZERO,
             metrics: None,
+            etag: Arc::new(std::sync::OnceLock::new()),
         }
     }
 
@@ -240,6 +244,9 @@ impl ObjectReader {
         };
         let object_size = result.meta.size;
         let version = result.meta.e_tag.clone();
+        if let Some(tag) = &version {
+            let _ = self.etag.set(tag.clone());
+        }
         let bytes = result.bytes().await.map_err(read_error)?;
         Ok(Prefix {
             bytes,
@@ -250,11 +257,23 @@ impl ObjectReader {
 
     async fn fetch_range(&self, range: Range<u64>) -> Result<Bytes, ReadError> {
         let want = range.end - range.start;
-        let bytes = self
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(range)),
+            if_match: self.etag.get().cloned(),
+            ..Default::default()
+        };
+        let result = self
             .store
-            .get_range(&self.location.path, range)
+            .get_opts(&self.location.path, options)
             .await
             .map_err(read_error)?;
+        // Stores that ignore If-Match still report the ETag of what they sent.
+        if let (Some(expected), Some(got)) = (self.etag.get(), result.meta.e_tag.as_ref())
+            && expected != got
+        {
+            return Err(ReadError::Changed);
+        }
+        let bytes = result.bytes().await.map_err(read_error)?;
         if bytes.len() as u64 != want {
             return Err(ReadError::Other(format!(
                 "store returned {} of {want} bytes",
@@ -280,9 +299,7 @@ impl ObjectReader {
 pub fn read_error(e: object_store::Error) -> ReadError {
     match e {
         object_store::Error::NotFound { .. } => ReadError::NotFound,
-        object_store::Error::Precondition { .. } | object_store::Error::NotModified { .. } => {
-            ReadError::Other("object changed while it was read".into())
-        }
+        object_store::Error::Precondition { .. } | object_store::Error::NotModified { .. } => ReadError::Changed,
         object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
             ReadError::Other("access denied by the store".into())
         }
