@@ -185,7 +185,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
         Command::Stream { sel, jsonl } => {
-            let mut stream = client.stream(sel.request()?).await?;
+            // Survives daemon restarts: reconnects and resumes from the last cursor.
+            let mut stream = Box::pin(client.stream_resumable(sel.request()?, Duration::from_secs(120)));
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             while let Some(batch) = stream.next().await {

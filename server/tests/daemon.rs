@@ -682,3 +682,42 @@ async fn shutdown_ends_streams_with_unavailable_and_their_cursor() {
     server.await.unwrap().unwrap();
     assert!(t.elapsed() < Duration::from_secs(6), "shutdown exceeded its bound");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_resumes_across_a_daemon_restart() {
+    let whole = collect(&demo().await.addr, request(pb::Sampler::Aligned, 2)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let first = App::build(Config::demo(demo_dir())).await.unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(first.serve_with_drain(
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+        Duration::from_secs(2),
+    ));
+    let client = Client::connect(&addr.to_string()).await.unwrap();
+    let mut r = request(pb::Sampler::Aligned, 2);
+    r.prefetch = 1;
+    let mut stream = Box::pin(client.stream_resumable(r, Duration::from_secs(30)));
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.push(stream.next().await.unwrap().unwrap());
+    }
+    // Restart: the old daemon ends the stream, a new one comes up on the same port.
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    let second = App::build(Config::demo(demo_dir())).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    tokio::spawn(second.serve(listener, std::future::pending()));
+    while let Some(b) = stream.next().await {
+        got.push(b.unwrap());
+    }
+    assert_eq!(windows(&got), windows(&whole), "nothing lost, nothing repeated");
+    assert_eq!(
+        got.iter().map(|b| b.index).collect::<Vec<_>>(),
+        (0..whole.len() as u64).collect::<Vec<_>>()
+    );
+    assert_eq!(digest(&got), digest(&whole));
+}
