@@ -47,18 +47,21 @@ pub fn unpack_bits(stored: &[u8], rows: usize, per_row: usize, bits: usize, out_
     out
 }
 
+/// One 24-bit value from three bytes, most significant first when `big_endian`.
+fn triple(c: &[u8], big_endian: bool) -> u32 {
+    if big_endian {
+        (c[0] as u32) << 16 | (c[1] as u32) << 8 | c[2] as u32
+    } else {
+        (c[2] as u32) << 16 | (c[1] as u32) << 8 | c[0] as u32
+    }
+}
+
 /// 24-bit unsigned integers in file order (`big_endian` or not) to native u32.
 pub fn widen_u24(stored: &[u8], big_endian: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(stored.len() / 3 * 4);
-    for c in stored.chunks_exact(3) {
-        let v = if big_endian {
-            (c[0] as u32) << 16 | (c[1] as u32) << 8 | c[2] as u32
-        } else {
-            (c[2] as u32) << 16 | (c[1] as u32) << 8 | c[0] as u32
-        };
-        out.extend_from_slice(&v.to_ne_bytes());
-    }
-    out
+    stored
+        .chunks_exact(3)
+        .flat_map(|c| triple(c, big_endian).to_ne_bytes())
+        .collect()
 }
 
 /// Native-order IEEE half floats to native f32, bit for bit as GDAL widens them (NaN
@@ -97,16 +100,10 @@ fn f16_to_f32(h: u16) -> f32 {
 /// 24-bit floats (1 sign, 7 exponent bits biased by 63, 16 mantissa bits) to native f32;
 /// `big_endian` says the order of each triple.
 pub fn widen_f24(stored: &[u8], big_endian: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(stored.len() / 3 * 4);
-    for c in stored.chunks_exact(3) {
-        let v = if big_endian {
-            (c[0] as u32) << 16 | (c[1] as u32) << 8 | c[2] as u32
-        } else {
-            (c[2] as u32) << 16 | (c[1] as u32) << 8 | c[0] as u32
-        };
-        out.extend_from_slice(&f24_to_f32(v).to_ne_bytes());
-    }
-    out
+    stored
+        .chunks_exact(3)
+        .flat_map(|c| f24_to_f32(triple(c, big_endian)).to_ne_bytes())
+        .collect()
 }
 
 fn f24_to_f32(v: u32) -> f32 {
