@@ -70,7 +70,7 @@ impl App {
             prefix_bytes: s.header_prefix_bytes.max(16),
             ..Default::default()
         };
-        let catalog = Arc::new(Catalog::build(&config.datasets, &stores, &headers, &options).await?);
+        let catalog = Arc::new(Catalog::build(&config.datasets, stores.clone(), headers.clone(), options).await?);
         Ok(Self {
             catalog,
             cache: TileCache::with_metrics(config.cache.capacity_bytes, Some(metrics.clone())),

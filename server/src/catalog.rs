@@ -3,8 +3,8 @@
 //!
 //! Clients only ever name datasets; every URL comes from the configuration.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
@@ -51,10 +51,16 @@ pub struct Dataset {
     pub levels: usize,
 }
 
-/// Every dataset of the configuration.
-#[derive(Debug, Clone, Default)]
+/// Every dataset of the configuration. A dataset whose objects change is re-opened in
+/// place (`refresh`): its version changes, and streams started after that see the new data.
+#[derive(Debug)]
 pub struct Catalog {
-    datasets: BTreeMap<String, Arc<Dataset>>,
+    datasets: RwLock<BTreeMap<String, Arc<Dataset>>>,
+    configs: Vec<DatasetConfig>,
+    stores: Arc<Stores>,
+    headers: HeaderCache,
+    options: OpenOptions,
+    refreshing: Mutex<HashSet<String>>,
 }
 
 fn version_of(cog: &Cog) -> Arc<str> {
@@ -87,8 +93,9 @@ async fn open_scene(
     stores: &Stores,
     headers: &HeaderCache,
     options: &OpenOptions,
-    url: &str,
+    url: String,
 ) -> Result<(Cog, Option<LabelRaster>)> {
+    let url = url.as_str();
     let cog = open(stores, headers, url, options).await?;
     let label = match &c.labels {
         Some(template) => {
@@ -119,16 +126,58 @@ impl Catalog {
     /// Opens every scene and label of every dataset; any problem is an error naming it.
     pub async fn build(
         configs: &[DatasetConfig],
-        stores: &Stores,
-        headers: &HeaderCache,
-        options: &OpenOptions,
+        stores: Arc<Stores>,
+        headers: HeaderCache,
+        options: OpenOptions,
     ) -> Result<Self> {
         let mut datasets = BTreeMap::new();
         for c in configs {
-            let d = Self::dataset(c, stores, headers, options).await?;
+            let d = Self::dataset(c, &stores, &headers, &options).await?;
             datasets.insert(c.name.clone(), Arc::new(d));
         }
-        Ok(Self { datasets })
+        Ok(Self {
+            datasets: RwLock::new(datasets),
+            configs: configs.to_vec(),
+            stores,
+            headers,
+            options,
+            refreshing: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Re-opens dataset `name` from its configuration (after one of its objects changed):
+    /// headers are read again, the version is recomputed, and the new dataset replaces the
+    /// old one for streams started from now on. Concurrent refreshes of one dataset run once.
+    pub async fn refresh(&self, name: &str) -> Result<()> {
+        let Some(config) = self.configs.iter().find(|c| c.name == name) else {
+            return Ok(());
+        };
+        {
+            let Ok(mut busy) = self.refreshing.lock() else {
+                return Ok(());
+            };
+            if !busy.insert(name.to_string()) {
+                return Ok(());
+            }
+        }
+        if let Some(old) = self.get(name) {
+            for scene in &old.scenes {
+                self.headers.invalidate(&scene.url).await;
+                if let Some(l) = &scene.label {
+                    self.headers.invalidate(&l.url).await;
+                }
+            }
+        }
+        let result = Self::dataset(config, &self.stores, &self.headers, &self.options).await;
+        if let Ok(mut busy) = self.refreshing.lock() {
+            busy.remove(name);
+        }
+        let dataset = result?;
+        tracing::info!(dataset = %name, version = %dataset.version, "dataset re-opened after a change");
+        if let Ok(mut all) = self.datasets.write() {
+            all.insert(name.to_string(), Arc::new(dataset));
+        }
+        Ok(())
     }
 
     async fn scene_urls(c: &DatasetConfig, stores: &Stores) -> Result<Vec<String>> {
@@ -164,7 +213,9 @@ impl Catalog {
         let mut hasher = Sha256::new();
         // Headers open concurrently (a thousand scenes at 100 ms each would take minutes
         // one by one); `buffered` keeps the scene order.
-        let opened: Vec<(Cog, Option<LabelRaster>)> = futures::stream::iter(urls.iter())
+        // Owned URLs: a stream over borrowed items would make this future's type
+        // higher-ranked, and it could no longer be spawned (dataset refresh).
+        let opened: Vec<(Cog, Option<LabelRaster>)> = futures::stream::iter(urls.clone())
             .map(|url| open_scene(c, stores, headers, options, url))
             .buffered(OPEN_CONCURRENCY)
             .try_collect()
@@ -247,11 +298,14 @@ impl Catalog {
 
     /// The dataset called `name`.
     pub fn get(&self, name: &str) -> Option<Arc<Dataset>> {
-        self.datasets.get(name).cloned()
+        self.datasets.read().ok()?.get(name).cloned()
     }
 
     /// All datasets, by name.
-    pub fn all(&self) -> impl Iterator<Item = &Arc<Dataset>> {
-        self.datasets.values()
+    pub fn all(&self) -> Vec<Arc<Dataset>> {
+        self.datasets
+            .read()
+            .map(|d| d.values().cloned().collect())
+            .unwrap_or_default()
     }
 }

@@ -16,6 +16,7 @@ use cogfeed_proto::v1::feed_server::Feed;
 
 use crate::cache::TileCache;
 use crate::catalog::{Catalog, Dataset};
+use crate::cog::{ReadError, TiffError};
 use crate::config::LimitsConfig;
 use crate::error::{Error, ErrorCode};
 use crate::metrics::Metrics;
@@ -96,6 +97,7 @@ impl QueueObserver for StreamQueue {
 /// streams). Dropping it (client gone) releases the stream's permit and its gauges.
 struct MeteredStream {
     rx: mpsc::Receiver<Result<BatchOut, Error>>,
+    catalog: Arc<Catalog>,
     queue: Arc<StreamQueue>,
     metrics: Arc<Metrics>,
     labels: [String; 2],
@@ -141,6 +143,22 @@ impl Stream for MeteredStream {
                         Ok(batch_pb(batch))
                     }
                     Err(e) => {
+                        if matches!(
+                            &e,
+                            Error::Tiff {
+                                source: TiffError::Read(ReadError::Changed),
+                                ..
+                            }
+                        ) {
+                            // An object of the dataset was replaced: re-open the dataset so
+                            // the next streams read the new version.
+                            let (catalog, name) = (this.catalog.clone(), this.labels[0].clone());
+                            tokio::spawn(async move {
+                                if let Err(e) = catalog.refresh(&name).await {
+                                    tracing::warn!(dataset = %name, error = %e, "dataset refresh failed");
+                                }
+                            });
+                        }
                         let status = status(&e);
                         let code = format!("{:?}", status.code());
                         this.metrics
@@ -373,6 +391,7 @@ impl Feed for FeedService {
         let datasets = self
             .catalog
             .all()
+            .iter()
             .map(|d| pb::DatasetSummary {
                 name: d.name.clone(),
                 scenes: d.scenes.len() as u32,
@@ -458,6 +477,7 @@ impl Feed for FeedService {
         ));
         let stream = MeteredStream {
             rx,
+            catalog: self.catalog.clone(),
             queue,
             metrics: self.metrics.clone(),
             labels,

@@ -596,6 +596,13 @@ async fn a_replaced_object_is_never_read_half_old_half_new() {
         .collect()
         .await;
     assert!(before.iter().all(|b| b.is_ok()));
+    let first_version = Client::connect(&addr)
+        .await
+        .unwrap()
+        .describe("demo")
+        .await
+        .unwrap()
+        .version;
     // Replace the object with another scene (same layout, new bytes, new ETag).
     upload(&s3, "scene.tif", &scenes[1]).await;
     let after: Vec<_> = Client::connect(&addr)
@@ -619,4 +626,23 @@ async fn a_replaced_object_is_never_read_half_old_half_new() {
         "{}",
         status.message()
     );
+    // The dataset is re-opened: a new version, and new streams read the new object.
+    let mut client = Client::connect(&addr).await.unwrap();
+    let mut version_changed = false;
+    for _ in 0..100 {
+        if client.describe("demo").await.unwrap().version != first_version {
+            version_changed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(version_changed, "DescribeDataset must report the new version");
+    let fresh: Vec<_> = client.stream(request(0)).await.unwrap().collect().await;
+    assert!(
+        fresh.iter().all(|b| b.is_ok()),
+        "streams after the refresh read the new object"
+    );
+    let before_bytes: Vec<_> = before.into_iter().map(|b| b.unwrap().image.data).collect();
+    let fresh_bytes: Vec<_> = fresh.into_iter().map(|b| b.unwrap().image.data).collect();
+    assert_ne!(before_bytes, fresh_bytes, "the new object's pixels are served");
 }
