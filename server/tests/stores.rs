@@ -372,6 +372,7 @@ labels = "az://demo/labels/{{stem}}.tif"
 struct FaultProxy {
     port: u16,
     rules: Arc<std::sync::Mutex<Vec<(String, u64)>>>,
+    delays: Arc<std::sync::Mutex<Vec<(String, u64, Duration)>>>,
     injected: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -381,14 +382,15 @@ impl FaultProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let rules: Arc<std::sync::Mutex<Vec<(String, u64)>>> = Arc::default();
+        let delays: Arc<std::sync::Mutex<Vec<(String, u64, Duration)>>> = Arc::default();
         let injected = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let (r, inj) = (rules.clone(), injected.clone());
+        let (r, inj, dl) = (rules.clone(), injected.clone(), delays.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
                     return;
                 };
-                let (rules, injected) = (r.clone(), inj.clone());
+                let (rules, injected, delays) = (r.clone(), inj.clone(), dl.clone());
                 tokio::spawn(async move {
                     // Read the request head (GET/HEAD carry no body).
                     let mut head = Vec::new();
@@ -412,6 +414,21 @@ impl FaultProxy {
                                 }
                             })
                     };
+                    let delay = {
+                        let mut delays = delays.lock().unwrap();
+                        delays
+                            .iter_mut()
+                            .find(|(p, n, _)| *n > 0 && target.contains(p.as_str()))
+                            .map(|(_, n, d)| {
+                                *n -= 1;
+                                *d
+                            })
+                    };
+                    if let Some(d) = delay {
+                        // A stalled store: answer only after the client has given up.
+                        injected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        tokio::time::sleep(d).await;
+                    }
                     if fail.is_some() {
                         injected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         let _ = client
@@ -435,7 +452,16 @@ impl FaultProxy {
                 });
             }
         });
-        Self { port, rules, injected }
+        Self {
+            port,
+            rules,
+            delays,
+            injected,
+        }
+    }
+
+    fn stall(&self, path_part: &str, n: u64, delay: Duration) {
+        self.delays.lock().unwrap().push((path_part.to_string(), n, delay));
     }
 
     fn fail(&self, path_part: &str, n: u64) {
@@ -463,6 +489,7 @@ async fn store_faults_are_retried_or_end_only_the_affected_stream() {
     // The daemon in-process, talking to the proxy through explicit store options.
     let mut config = Config::demo(dir.path());
     config.store.max_retries = 3;
+    config.store.request_timeout_secs = 1.0;
     config.store.s3_endpoint = Some(format!("http://127.0.0.1:{}", proxy.port));
     config.store.s3_access_key_id = Some(S3_KEY.into());
     config.store.s3_secret_access_key = Some(S3_SECRET.into());
@@ -512,6 +539,26 @@ async fn store_faults_are_retried_or_end_only_the_affected_stream() {
     }
     assert_eq!(batches.len(), 16);
     assert_eq!(proxy.injected(), 3);
+
+    // Time-outs: the next 2 reads of scene_02 stall past the 1 s request timeout; the store
+    // client gives up on them and retries.
+    proxy.stall("scene_02", 2, Duration::from_secs(3));
+    let t = std::time::Instant::now();
+    let steady_first: Vec<_> = Client::connect(&addr)
+        .await
+        .unwrap()
+        .stream(request("steady"))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert!(
+        steady_first.iter().all(|b| b.is_ok()),
+        "timed-out reads must be retried"
+    );
+    assert_eq!(steady_first.len(), 8);
+    assert_eq!(proxy.injected(), 5);
+    assert!(t.elapsed() < Duration::from_secs(15));
 
     // Permanent: scene_01 always fails from now on; overview tiles are not cached yet.
     proxy.fail("scene_01", u64::MAX);
