@@ -275,7 +275,8 @@ async fn sixteen_concurrent_streams_from_three_jobs_get_their_own_bytes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_streams_fetch_each_tile_once() {
     let d = demo().await;
-    let before = d.app.stores.stats().gets();
+    let gets = "op=\"get\",result=\"ok\",store=\"file\"";
+    let before = metric(&d.app, "cogfeed_store_requests_total", gets);
     let mut r = request(pb::Sampler::Aligned, 4);
     r.labels = true;
     let tasks: Vec<_> = (0..4)
@@ -289,8 +290,8 @@ async fn concurrent_streams_fetch_each_tile_once() {
     }
     // 64 aligned windows of one 256 px tile each, plus one label tile each.
     assert_eq!(
-        d.app.stores.stats().gets() - before,
-        128,
+        metric(&d.app, "cogfeed_store_requests_total", gets) - before,
+        128.0,
         "tile GETs must equal distinct tiles"
     );
     let stats = d.app.cache.stats();

@@ -79,11 +79,13 @@ pub fn decode_block(level: &Level, level_no: usize, index: usize, raw: &[u8]) ->
         other => return Err(TiffError::Unsupported(format!("compression {}", other.name()))),
     }
     .map_err(corrupt)?;
-    if produced < stored.len() && level.compression != Compression::None {
-        return Err(corrupt(format!("{produced} of {} bytes decoded", stored.len())));
-    }
     if produced < stored.len() {
-        return Err(corrupt(format!("{produced} of {} bytes stored", stored.len())));
+        let how = if level.compression == Compression::None {
+            "stored"
+        } else {
+            "decoded"
+        };
+        return Err(corrupt(format!("{produced} of {} bytes {how}", stored.len())));
     }
     finish_samples(level, shape, row_bytes, stored)
 }

@@ -287,13 +287,9 @@ pub struct Values<'a> {
 
 impl<'a> Values<'a> {
     /// The raw bytes of an entry's value.
-    pub fn raw(&self, e: &'a Entry) -> StepResult<&'a [u8]> {
-        self.raw_owned(e)
-    }
-
-    fn raw_owned<'b>(&self, e: &'b Entry) -> StepResult<&'b [u8]>
+    pub fn raw<'e>(&self, e: &'e Entry) -> StepResult<&'e [u8]>
     where
-        'a: 'b,
+        'a: 'e,
     {
         let size = type_size(e.typ).unwrap_or(1);
         let total = e.count.saturating_mul(size);
@@ -310,12 +306,8 @@ impl<'a> Values<'a> {
     }
 
     /// Integer values (any unsigned or signed integer type; negative values are an error).
-    pub fn u64s(&self, e: &'a Entry) -> StepResult<Vec<u64>> {
-        self.u64s_owned(e)
-    }
-
-    fn u64s_owned(&self, e: &Entry) -> StepResult<Vec<u64>> {
-        let raw = self.raw_owned(e)?;
+    pub fn u64s(&self, e: &Entry) -> StepResult<Vec<u64>> {
+        let raw = self.raw(e)?;
         let o = self.order;
         let out: Vec<u64> = match e.typ {
             1 | 7 => raw.iter().map(|&b| b as u64).collect(),
@@ -344,13 +336,10 @@ impl<'a> Values<'a> {
         if e.count == 0 {
             return fail(format!("tag {} has no value", e.tag));
         }
-        // Only the first value is read, wherever the array lives.
+        // Only the first value is read, wherever the array lives (inline values start at
+        // the first one too).
         let first = Entry { count: 1, ..e.clone() };
-        let first = match first.offset {
-            Some(_) => first,
-            None => e.clone(),
-        };
-        let values = self.u64s_owned(&first)?;
+        let values = self.u64s(&first)?;
         values
             .first()
             .copied()

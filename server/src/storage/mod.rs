@@ -20,7 +20,7 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 
 use crate::cog::{Prefix, RangeReader, ReadError};
 use crate::error::Result;
-pub use registry::{StoreStats, Stores};
+pub use registry::Stores;
 pub use url::{Location, Scheme};
 
 /// Timeouts and retries applied to every store.
@@ -146,7 +146,6 @@ pub fn open_url(url: &str, options: &StoreOptions) -> Result<Arc<ObjectReader>> 
 pub struct ObjectReader {
     store: Arc<dyn ObjectStore>,
     location: Location,
-    stats: Arc<StoreStats>,
     latency: Duration,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The ETag seen by the first read: later reads require it (`If-Match`), so a replaced
@@ -157,15 +156,9 @@ pub struct ObjectReader {
 impl ObjectReader {
     /// Reads `location` through `store` (which must be the store for its container).
     pub fn new(store: Arc<dyn ObjectStore>, location: Location) -> Self {
-        Self::with_stats(store, location, Arc::new(StoreStats::default()))
-    }
-
-    /// Like [`ObjectReader::new`], counting requests into `stats`.
-    pub fn with_stats(store: Arc<dyn ObjectStore>, location: Location, stats: Arc<StoreStats>) -> Self {
         Self {
             store,
             location,
-            stats,
             latency: Duration::ZERO,
             metrics: None,
             etag: Arc::new(std::sync::OnceLock::new()),
@@ -185,14 +178,9 @@ impl ObjectReader {
         request: impl std::future::Future<Output = Result<T, ReadError>>,
         size: impl Fn(&T) -> usize,
     ) -> Result<T, ReadError> {
-        self.stats.record_get();
         self.delay().await;
         let Some(m) = &self.metrics else {
-            let out = request.await;
-            if let Ok(v) = &out {
-                self.stats.record_bytes(size(v));
-            }
-            return out;
+            return request.await;
         };
         let store = self.location.scheme.name();
         let in_flight = m.store_in_flight.with_label_values(&[store]);
@@ -204,7 +192,6 @@ impl ObjectReader {
         let result = match &out {
             Ok(v) => {
                 let n = size(v);
-                self.stats.record_bytes(n);
                 m.store_bytes.with_label_values(&[store, op]).inc_by(n as u64);
                 "ok"
             }

@@ -1,8 +1,6 @@
-//! One store per bucket/container/origin, shared by every object in it, plus request
-//! counters and prefix listing.
+//! One store per bucket/container/origin, shared by every object in it, and prefix listing.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use object_store::ObjectStore;
@@ -10,39 +8,12 @@ use object_store::ObjectStore;
 use super::{Location, ObjectReader, Scheme, StoreOptions, build_store};
 use crate::error::{Error, Result};
 
-/// Requests and bytes read through the stores.
-#[derive(Debug, Default)]
-pub struct StoreStats {
-    gets: AtomicU64,
-    bytes: AtomicU64,
-}
-
-impl StoreStats {
-    /// Counts one GET (prefix or range).
-    pub fn record_get(&self) {
-        self.gets.fetch_add(1, Ordering::Relaxed);
-    }
-    /// Counts bytes received.
-    pub fn record_bytes(&self, n: usize) {
-        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
-    }
-    /// GET requests so far.
-    pub fn gets(&self) -> u64 {
-        self.gets.load(Ordering::Relaxed)
-    }
-    /// Bytes received so far.
-    pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
-}
-
 /// Stores by container, built on first use.
 #[derive(Debug)]
 pub struct Stores {
     options: StoreOptions,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     stores: Mutex<HashMap<(Scheme, String), Arc<dyn ObjectStore>>>,
-    stats: Arc<StoreStats>,
 }
 
 impl Stores {
@@ -52,7 +23,6 @@ impl Stores {
             options,
             metrics: None,
             stores: Mutex::new(HashMap::new()),
-            stats: Arc::new(StoreStats::default()),
         }
     }
 
@@ -60,11 +30,6 @@ impl Stores {
     pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
-    }
-
-    /// Request counters of every reader made here.
-    pub fn stats(&self) -> &Arc<StoreStats> {
-        &self.stats
     }
 
     fn store_for(&self, location: &Location) -> Result<Arc<dyn ObjectStore>> {
@@ -86,7 +51,7 @@ impl Stores {
         let location = Location::parse(url)?;
         let store = self.store_for(&location)?;
         Ok(Arc::new(
-            ObjectReader::with_stats(store, location, self.stats.clone())
+            ObjectReader::new(store, location)
                 .with_latency(self.options.simulated_latency)
                 .with_metrics(self.metrics.clone()),
         ))
