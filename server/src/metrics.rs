@@ -35,6 +35,7 @@ pub struct Metrics {
     pub stream_errors: IntCounterVec,
     pub store_requests: IntCounterVec,
     pub store_bytes: IntCounterVec,
+    pub store_retries: IntCounterVec,
     pub store_seconds: HistogramVec,
     pub store_in_flight: IntGaugeVec,
     pub cache_hits: IntCounter,
@@ -136,6 +137,12 @@ impl Metrics {
                 "cogfeed_store_bytes_total",
                 "Bytes read from object stores",
                 &["store", "op"],
+            ),
+            store_retries: counter_vec(
+                &r,
+                "cogfeed_store_retries_total",
+                "Object-store HTTP attempts repeated by the store client, by cause (5xx, throttled, timeout, connect, body, transport)",
+                &["store", "reason"],
             ),
             store_seconds: histogram_vec(
                 &r,

@@ -373,6 +373,7 @@ struct FaultProxy {
     port: u16,
     rules: Arc<std::sync::Mutex<Vec<(String, u64)>>>,
     delays: Arc<std::sync::Mutex<Vec<(String, u64, Duration)>>>,
+    cuts: Arc<std::sync::Mutex<Vec<(String, u64)>>>,
     injected: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -383,14 +384,15 @@ impl FaultProxy {
         let port = listener.local_addr().unwrap().port();
         let rules: Arc<std::sync::Mutex<Vec<(String, u64)>>> = Arc::default();
         let delays: Arc<std::sync::Mutex<Vec<(String, u64, Duration)>>> = Arc::default();
+        let cuts: Arc<std::sync::Mutex<Vec<(String, u64)>>> = Arc::default();
         let injected = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let (r, inj, dl) = (rules.clone(), injected.clone(), delays.clone());
+        let (r, inj, dl, ct) = (rules.clone(), injected.clone(), delays.clone(), cuts.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
                     return;
                 };
-                let (rules, injected, delays) = (r.clone(), inj.clone(), dl.clone());
+                let (rules, injected, delays, cuts) = (r.clone(), inj.clone(), dl.clone(), ct.clone());
                 tokio::spawn(async move {
                     // Read the request head (GET/HEAD carry no body).
                     let mut head = Vec::new();
@@ -424,6 +426,12 @@ impl FaultProxy {
                                 *d
                             })
                     };
+                    let cut = {
+                        let mut cuts = cuts.lock().unwrap();
+                        cuts.iter_mut()
+                            .find(|(p, n)| *n > 0 && target.contains(p.as_str()))
+                            .map(|(_, n)| *n -= 1)
+                    };
                     if let Some(d) = delay {
                         // A stalled store: answer only after the client has given up.
                         injected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -448,6 +456,13 @@ impl FaultProxy {
                     }
                     let mut response = Vec::new();
                     let _ = up.read_to_end(&mut response).await;
+                    if cut.is_some() {
+                        // A truncated body: the head promises every byte, half of them come.
+                        injected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let head = response.windows(4).position(|w| w == b"\r\n\r\n").map_or(0, |i| i + 4);
+                        let keep = head + (response.len() - head) / 2;
+                        response.truncate(keep);
+                    }
                     let _ = client.write_all(&response).await;
                 });
             }
@@ -456,8 +471,13 @@ impl FaultProxy {
             port,
             rules,
             delays,
+            cuts,
             injected,
         }
+    }
+
+    fn truncate(&self, path_part: &str, n: u64) {
+        self.cuts.lock().unwrap().push((path_part.to_string(), n));
     }
 
     fn stall(&self, path_part: &str, n: u64, delay: Duration) {
@@ -485,6 +505,19 @@ async fn store_faults_are_retried_or_end_only_the_affected_stream() {
         let name = scene.file_name().unwrap().to_str().unwrap();
         upload(&s3, name, scene).await;
     }
+    // broken.tif: scene_03 with its full-resolution tile 5 overwritten.
+    let mut bytes = std::fs::read(&scenes[3]).unwrap();
+    let cog = cogfeed_server::cog::Cog::open(
+        Arc::new(cogfeed_server::cog::MemoryReader::new("x", bytes.clone())),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    let range = cog.level(0).unwrap().block_range(5).unwrap();
+    bytes[range.start as usize + 4..range.end as usize].fill(0x55);
+    let broken = dir.path().join("broken.tif");
+    std::fs::write(&broken, &bytes).unwrap();
+    upload(&s3, "broken.tif", &broken).await;
     let proxy = FaultProxy::start(servers.s3_port).await;
     // The daemon in-process, talking to the proxy through explicit store options.
     let mut config = Config::demo(dir.path());
@@ -502,6 +535,16 @@ async fn store_faults_are_retried_or_end_only_the_affected_stream() {
         DatasetConfig {
             name: "steady".into(),
             scenes: vec!["s3://faults/scene_02.tif".into()],
+            ..config.datasets[0].clone()
+        },
+        DatasetConfig {
+            name: "cut".into(),
+            scenes: vec!["s3://faults/scene_03.tif".into()],
+            ..config.datasets[0].clone()
+        },
+        DatasetConfig {
+            name: "broken".into(),
+            scenes: vec!["s3://faults/broken.tif".into()],
             ..config.datasets[0].clone()
         },
     ];
@@ -559,6 +602,53 @@ async fn store_faults_are_retried_or_end_only_the_affected_stream() {
     assert_eq!(steady_first.len(), 8);
     assert_eq!(proxy.injected(), 5);
     assert!(t.elapsed() < Duration::from_secs(15));
+
+    // Truncated bodies: the next 2 answers for scene_03 stop half-way; the rest of each
+    // range is asked for again and the batches are whole.
+    proxy.truncate("scene_03", 2);
+    let cut: Vec<_> = Client::connect(&addr)
+        .await
+        .unwrap()
+        .stream(request("cut"))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    if let Some(Err(e)) = cut.iter().find(|b| b.is_err()) {
+        panic!("truncated bodies must be retried: {e}");
+    }
+    assert_eq!(cut.len(), 8);
+    assert_eq!(proxy.injected(), 7);
+    let text = app.metrics.render();
+    for (reason, n) in [("5xx", 3), ("timeout", 2), ("body", 2)] {
+        let line = format!("cogfeed_store_retries_total{{reason=\"{reason}\",store=\"s3\"}} {n}");
+        assert!(text.contains(&line), "{line} missing from\n{}", grep(&text, "retries"));
+    }
+
+    // A corrupt tile read through the store ends the stream with DATA_LOSS naming the
+    // object and the tile.
+    let mut err = None;
+    let mut broken = Client::connect(&addr)
+        .await
+        .unwrap()
+        .stream(request("broken"))
+        .await
+        .unwrap();
+    while let Some(b) = broken.next().await {
+        if let Err(e) = b {
+            err = Some(e);
+            break;
+        }
+    }
+    let Some(cogfeed_client::ClientError::Status(status)) = err else {
+        panic!("the corrupt tile went unnoticed")
+    };
+    assert_eq!(status.code(), tonic::Code::DataLoss, "{}", status.message());
+    assert!(
+        status.message().contains("s3://faults/broken.tif") && status.message().contains("tile 5"),
+        "{}",
+        status.message()
+    );
 
     // Permanent: scene_01 always fails from now on; overview tiles are not cached yet.
     proxy.fail("scene_01", u64::MAX);
@@ -692,4 +782,9 @@ async fn a_replaced_object_is_never_read_half_old_half_new() {
     let before_bytes: Vec<_> = before.into_iter().map(|b| b.unwrap().image.data).collect();
     let fresh_bytes: Vec<_> = fresh.into_iter().map(|b| b.unwrap().image.data).collect();
     assert_ne!(before_bytes, fresh_bytes, "the new object's pixels are served");
+}
+
+/// The lines of `text` that contain `part`.
+fn grep(text: &str, part: &str) -> String {
+    text.lines().filter(|l| l.contains(part)).collect::<Vec<_>>().join("\n")
 }

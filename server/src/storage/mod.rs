@@ -6,6 +6,7 @@
 //! `object_store` builders. Every store gets retries with exponential backoff and a
 //! per-request timeout. No credential is ever part of an error message.
 
+pub mod attempts;
 pub mod registry;
 pub mod url;
 
@@ -85,7 +86,8 @@ pub fn build_store(location: &Location, options: &StoreOptions) -> Result<Arc<dy
                 .with_bucket_name(&location.container)
                 .with_retry(retry)
                 .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), &timeout)
-                .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect);
+                .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
+                .with_http_connector(attempts::CountingConnector);
             if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
                 b = b.with_region("us-east-1");
             }
@@ -108,7 +110,8 @@ pub fn build_store(location: &Location, options: &StoreOptions) -> Result<Arc<dy
                 .with_container_name(&location.container)
                 .with_retry(retry)
                 .with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), &timeout)
-                .with_config(AzureConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect);
+                .with_config(AzureConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
+                .with_http_connector(attempts::CountingConnector);
             Arc::new(b.build().map_err(invalid)?)
         }
         Scheme::Gcs => {
@@ -117,7 +120,8 @@ pub fn build_store(location: &Location, options: &StoreOptions) -> Result<Arc<dy
                 .with_bucket_name(&location.container)
                 .with_retry(retry)
                 .with_config(GoogleConfigKey::Client(ClientConfigKey::Timeout), &timeout)
-                .with_config(GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect);
+                .with_config(GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
+                .with_http_connector(attempts::CountingConnector);
             Arc::new(b.build().map_err(invalid)?)
         }
         Scheme::Http => {
@@ -127,7 +131,8 @@ pub fn build_store(location: &Location, options: &StoreOptions) -> Result<Arc<dy
                 .with_retry(retry)
                 .with_config(ClientConfigKey::Timeout, &timeout)
                 .with_config(ClientConfigKey::ConnectTimeout, &connect)
-                .with_config(ClientConfigKey::AllowHttp, "true");
+                .with_config(ClientConfigKey::AllowHttp, "true")
+                .with_http_connector(attempts::CountingConnector);
             Arc::new(b.build().map_err(invalid)?)
         }
     };
@@ -186,9 +191,17 @@ impl ObjectReader {
         let in_flight = m.store_in_flight.with_label_values(&[store]);
         in_flight.inc();
         let timer = m.store_seconds.with_label_values(&[store, op]).start_timer();
-        let out = request.await;
+        let (out, attempts) = attempts::observe(request).await;
         timer.observe_duration();
         in_flight.dec();
+        // Every attempt at this object but the last was retried (credential fetches aside).
+        let name = self.location.path.filename().unwrap_or_default();
+        let ours: Vec<_> = attempts.iter().filter(|a| a.path.ends_with(name)).collect();
+        for a in ours.iter().take(ours.len().saturating_sub(1)) {
+            m.store_retries
+                .with_label_values(&[store, a.outcome.retry_reason()])
+                .inc();
+        }
         let result = match &out {
             Ok(v) => {
                 let n = size(v);
