@@ -249,7 +249,7 @@ impl Client {
                                 return Some((Err(e), st));
                             }
                             tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(Duration::from_secs(5));
+                            backoff = (backoff * 2).min(Duration::from_secs(1));
                             continue;
                         }
                         Err(e) => {
@@ -278,7 +278,7 @@ impl Client {
                         st.stream = None;
                         failing_since.get_or_insert_with(std::time::Instant::now);
                         tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
                     }
                     Some(Err(e)) => {
                         st.done = true;

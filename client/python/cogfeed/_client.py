@@ -27,6 +27,12 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 1 << 20),
     ("grpc.http2.max_frame_size", 1 << 20),
     ("grpc.http2.lookahead_bytes", 32 << 20),
+    # A restarted daemon is reached as soon as it listens: gRPC's default reconnect backoff
+    # starts at 1 s, and channels share subchannels (and their backoff) unless told not to.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 _SAMPLERS = {"aligned": pb.SAMPLER_ALIGNED, "random": pb.SAMPLER_RANDOM, "grid": pb.SAMPLER_GRID}
@@ -278,7 +284,7 @@ class Loader:
                 if now - failing_since > self.reconnect_timeout:
                     raise from_rpc_error(e) from None
                 time.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, 1.0)
                 self.client.reconnect()
                 self.reconnects += 1
         # The cursor stays at the end (state_dict says the epoch is done); iterating again

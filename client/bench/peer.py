@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""The peer: the loading method of Zaytar et al. 2025 (arXiv 2506.06235), re-implemented.
+
+Owns one measurement of that method. What it does, as in the paper's code
+(github.com/microsoft/pytorch-cloud-geotiff-optimization, `TileDataset`,
+`RandomBlockSampler`, `bayesian_search.evaluate_dataloader_config`):
+
+- a torch `DataLoader` over a map-style dataset whose items are (scene, y, x, size);
+  each item is one `rasterio.open(url)` + `read(window=...)` of every band, then
+  `torch.from_numpy(...).float()` (float32); batches are stacked by the default collate;
+- sampler `random`: uniform random window in a uniformly chosen scene; `block`: a random
+  block of the tile grid and a random offset that keeps the window inside that block
+  (windows larger than a block start on a block corner);
+- `num_threads` > 1 reads the items of a sampler chunk on a thread pool in each worker;
+- persistent workers, `prefetch_factor`, metric = decoded pixels x bytes per stored pixel
+  (2 for uint16) / wall time, MB/s.
+
+Reads go to `/vsicurl/http://...` (GDAL bundled with the rasterio wheel). Nothing is
+opened in the parent before the workers fork (a probe for scene sizes runs in a spawned
+child), so no worker shares another's HTTP connection. GDAL options set (the paper's code
+sets none; these two only remove wasted requests, so they favour the peer):
+GDAL_DISABLE_READDIR_ON_OPEN=EMPTY_DIR, CPL_VSIL_CURL_ALLOWED_EXTENSIONS=.tif; everything
+else is GDAL's default (VSI_CACHE off, /vsicurl/ 16 MB region cache per process).
+
+Presets (the paper's configs.yaml): `default` = 4 workers, 1 thread, prefetch 2, random,
+256 px; `tuned` = the paper's remote-optimal (64 workers there, 1 thread, prefetch 8, block
+sampler, 256 px); `--workers` overrides the worker count (run.py scales it to this machine).
+
+    python3 client/bench/peer.py --preset tuned --workers 32 --batch-size 16 \
+        --duration 15 --max-samples 2048 http://127.0.0.1:8081/deflate/scene_00.tif ...
+
+Prints one JSON object: samples, batches, seconds, mb_per_s (after the first batch, the
+figure run.py compares), e2e_mb_per_s (from the start, as the paper timed), first_batch_s,
+cpu_s_per_gb (this process and its workers, after the first batch), workers.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("GDAL_DISABLE_READDIR_ON_OPEN", "EMPTY_DIR")
+os.environ.setdefault("CPL_VSIL_CURL_ALLOWED_EXTENSIONS", ".tif")
+
+PRESETS = {
+    "default": dict(workers=4, threads=1, prefetch=2, sampler="random", patch=256),
+    "tuned": dict(workers=64, threads=1, prefetch=8, sampler="block", patch=256),
+}
+
+
+def probe(urls):
+    """(height, width) of each scene and the block shape, read in a spawned child."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_probe, (urls,))
+
+
+def _probe(urls):
+    import rasterio
+
+    sizes, block = [], None
+    for u in urls:
+        with rasterio.open(u) as f:
+            sizes.append(f.shape)
+            block = block or f.block_shapes[0]
+    return sizes, block
+
+
+class TileDataset:
+    """Map-style dataset: an item (scene, y, x, size) -> float32 tensor [C, size, size]."""
+
+    def __init__(self, urls, threads=1):
+        self.urls = urls
+        self.threads = threads
+        self.pool = None
+
+    def load(self, idx):
+        import rasterio
+        import torch
+        from rasterio.windows import Window
+
+        i, y, x, size = idx
+        with rasterio.open(self.urls[i]) as f:
+            data = f.read(window=Window(x, y, size, size))
+        return torch.from_numpy(data).float()
+
+    def __getitem__(self, idx):
+        if isinstance(idx, tuple):
+            return self.load(idx)
+        if self.pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(self.threads)
+        return list(self.pool.map(self.load, idx))
+
+
+class RandomBlockSampler:
+    """The paper's sampler: `length` windows, seeded; chunks of `threads` items when > 1."""
+
+    def __init__(self, sizes, patch, length, block=None, threads=1, seed=0):
+        self.sizes, self.patch, self.length = sizes, patch, length
+        self.block, self.threads, self.seed = block, threads, seed
+
+    def __len__(self):
+        return self.length // self.threads
+
+    def windows(self):
+        import numpy as np
+
+        rng = np.random.RandomState(self.seed)
+        p = self.patch
+        for i in rng.choice(len(self.sizes), size=self.length, replace=True):
+            h, w = self.sizes[i]
+            if self.block is None:
+                x, y = rng.randint(0, w - p), rng.randint(0, h - p)
+            else:
+                by, bx = self.block
+                row = rng.randint(0, max(1, (h - p) // by))
+                col = rng.randint(0, max(1, (w - p) // bx))
+                y0, x0 = row * by, col * bx
+                y = y0 + rng.randint(0, max(1, min(by - p, h - y0 - p) + 1)) if p <= by else min(y0, h - p)
+                x = x0 + rng.randint(0, max(1, min(bx - p, w - x0 - p) + 1)) if p <= bx else min(x0, w - p)
+            yield (int(i), int(min(y, h - p)), int(min(x, w - p)), p)
+
+    def __iter__(self):
+        it = self.windows()
+        if self.threads == 1:
+            yield from it
+            return
+        chunk = []
+        for s in it:
+            chunk.append(s)
+            if len(chunk) == self.threads:
+                yield chunk
+                chunk = []
+
+
+def flatten_collate(batch):
+    import torch
+
+    return torch.stack([t for chunk in batch for t in chunk])
+
+
+def tree_cpu(proc):
+    """CPU seconds of a process and its live descendants."""
+    import psutil
+
+    total = 0.0
+    for p in [proc] + proc.children(recursive=True):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def measure(urls, preset, workers, threads, prefetch, sampler, patch, batch_size, duration,
+            max_samples, seed, passes, sizes=None, block=None):
+    import psutil
+    import torch
+    from torch.utils.data import DataLoader
+
+    if sizes is None:
+        sizes, block = probe(urls)
+    sampler_obj = RandomBlockSampler(sizes, patch, max(max_samples, batch_size * threads),
+                                     block if sampler == "block" else None, threads, seed)
+    loader = DataLoader(TileDataset(urls, threads), sampler=sampler_obj, batch_size=batch_size,
+                        num_workers=workers, persistent_workers=workers > 0,
+                        prefetch_factor=prefetch if workers > 0 else None,
+                        collate_fn=flatten_collate if threads > 1 else None)
+    me = psutil.Process()
+    for _ in range(passes):
+        start = time.perf_counter()
+        first = None
+        samples = batches = 0
+        cpu0 = 0.0
+        first_samples = 0
+        for batch in loader:
+            now = time.perf_counter()
+            n = batch.shape[0]
+            samples += n
+            batches += 1
+            if first is None:
+                first, first_samples = now, n
+                cpu0 = tree_cpu(me)
+                channels = batch.shape[1]
+            if samples >= max_samples or now - first >= duration:
+                break
+        cpu1 = tree_cpu(me)
+        end = time.perf_counter()
+    px = channels * patch * patch
+    bytes_after = (samples - first_samples) * px * 2
+    out = {
+        "preset": preset, "workers": workers, "threads": threads, "prefetch": prefetch,
+        "sampler": sampler, "patch": patch, "batch_size": batch_size,
+        "samples": samples, "batches": batches, "seconds": end - start,
+        "bytes": samples * px * 2,
+        "mb_per_s": bytes_after / max(end - first, 1e-9) / 1e6,
+        "e2e_mb_per_s": samples * px * 2 / (end - start) / 1e6,
+        "first_batch_s": first - start,
+        "cpu_s_per_gb": (cpu1 - cpu0) / (bytes_after / 1e9) if bytes_after else None,
+        "cpu_s": cpu1 - cpu0,
+        "torch": torch.__version__,
+    }
+    del loader
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("urls", nargs="+", help="http:// URLs of the scenes (read through /vsicurl/)")
+    ap.add_argument("--preset", choices=PRESETS, default="default")
+    ap.add_argument("--workers", type=int)
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--prefetch", type=int)
+    ap.add_argument("--sampler", choices=["random", "block"])
+    ap.add_argument("--patch-size", type=int)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--duration", type=float, default=15.0, help="seconds after the first batch")
+    ap.add_argument("--max-samples", type=int, default=100_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--passes", type=int, default=1, help="repeat the same samples; report the last")
+    ap.add_argument("--scene-size", help="HxW of every scene and BHxBW block, e.g. 4096x4096,512x512 (skips the probe)")
+    a = ap.parse_args()
+    p = dict(PRESETS[a.preset])
+    for k, v in (("workers", a.workers), ("threads", a.threads), ("prefetch", a.prefetch),
+                 ("sampler", a.sampler), ("patch", a.patch_size)):
+        if v is not None:
+            p[k] = v
+    sizes = block = None
+    if a.scene_size:
+        s, b = a.scene_size.split(",")
+        sizes = [tuple(int(v) for v in s.split("x"))] * len(a.urls)
+        block = tuple(int(v) for v in b.split("x"))
+    urls = ["/vsicurl/" + u if u.startswith("http") else u for u in a.urls]
+    out = measure(urls, a.preset, p["workers"], p["threads"], p["prefetch"], p["sampler"], p["patch"],
+                  a.batch_size, a.duration, a.max_samples, a.seed, a.passes, sizes, block)
+    print(json.dumps(out))
+    sys.stdout.flush()
+    os._exit(0)  # do not wait for a slow teardown of many workers
+
+
+if __name__ == "__main__":
+    main()
