@@ -163,7 +163,11 @@ def main():
     out = generate(a.root, scenes, size, codecs)
     for c, ps in out.items():
         total = sum(os.path.getsize(p) for p in ps)
-        raw = scenes * 4 * size * size * 2
+        levels, n = 0, size
+        while n >= TILE:  # full resolution and GDAL's overviews down to one tile
+            levels += n * n
+            n //= 2
+        raw = scenes * 4 * 2 * levels
         print(f"{c:10s} {len(ps)} scenes {total / 1e6:8.1f} MB  ratio {raw / total:.2f}  {os.path.dirname(ps[0])}")
 
 

@@ -29,15 +29,19 @@ sampler, 256 px); `--workers` overrides the worker count (run.py scales it to th
     python3 client/bench/peer.py --preset tuned --workers 32 --batch-size 16 \
         --duration 15 --max-samples 2048 http://127.0.0.1:8081/deflate/scene_00.tif ...
 
-Prints one JSON object: samples, batches, seconds, mb_per_s (after the first batch, the
-figure run.py compares), e2e_mb_per_s (from the start, as the paper timed), first_batch_s,
-cpu_s_per_gb (this process and its workers, after the first batch), workers.
+Prints one JSON object. `mb_per_s` (the figure run.py compares): samples read by all workers
+in a window of --duration seconds that opens once every worker has read a sample, x pixels
+x 2 bytes, per second. Counted per sample (a shared counter), because with many workers
+whole batches arrive in bursts and a short window of batches would overstate the rate.
+Also `e2e_mb_per_s` (delivered batches from the start, as the paper timed it, start-up
+included), `first_batch_s`, `cpu_s_per_gb` (this process and its workers in the window).
 """
 
 import argparse
 import json
 import os
 import sys
+import threading
 import time
 
 os.environ.setdefault("GDAL_DISABLE_READDIR_ON_OPEN", "EMPTY_DIR")
@@ -69,12 +73,17 @@ def _probe(urls):
 
 
 class TileDataset:
-    """Map-style dataset: an item (scene, y, x, size) -> float32 tensor [C, size, size]."""
+    """Map-style dataset: an item (scene, y, x, size) -> float32 tensor [C, size, size].
 
-    def __init__(self, urls, threads=1):
+    `done[worker]` counts the samples each worker has read (shared memory, for measuring
+    the rate without the burstiness of whole batches; not part of the paper's method)."""
+
+    def __init__(self, urls, threads=1, done=None):
         self.urls = urls
         self.threads = threads
         self.pool = None
+        self.done = done
+        self.lock = None
 
     def load(self, idx):
         import rasterio
@@ -84,7 +93,19 @@ class TileDataset:
         i, y, x, size = idx
         with rasterio.open(self.urls[i]) as f:
             data = f.read(window=Window(x, y, size, size))
-        return torch.from_numpy(data).float()
+        out = torch.from_numpy(data).float()
+        if self.done is not None:
+            info = torch.utils.data.get_worker_info()
+            slot = info.id if info else 0
+            if self.threads > 1:
+                import threading
+
+                self.lock = self.lock or threading.Lock()
+                with self.lock:
+                    self.done[slot] += 1
+            else:
+                self.done[slot] += 1
+        return out
 
     def __getitem__(self, idx):
         if isinstance(idx, tuple):
@@ -111,7 +132,8 @@ class RandomBlockSampler:
 
         rng = np.random.RandomState(self.seed)
         p = self.patch
-        for i in rng.choice(len(self.sizes), size=self.length, replace=True):
+        for _ in range(self.length):
+            i = rng.randint(len(self.sizes))
             h, w = self.sizes[i]
             if self.block is None:
                 x, y = rng.randint(0, w - p), rng.randint(0, h - p)
@@ -158,53 +180,78 @@ def tree_cpu(proc):
 
 
 def measure(urls, preset, workers, threads, prefetch, sampler, patch, batch_size, duration,
-            max_samples, seed, passes, sizes=None, block=None):
+            max_samples, seed, sizes=None, block=None):
+    """Runs the loader; the rate counts samples read by the workers after the first batch."""
+    import multiprocessing
+
     import psutil
     import torch
     from torch.utils.data import DataLoader
 
     if sizes is None:
         sizes, block = probe(urls)
-    sampler_obj = RandomBlockSampler(sizes, patch, max(max_samples, batch_size * threads),
-                                     block if sampler == "block" else None, threads, seed)
-    loader = DataLoader(TileDataset(urls, threads), sampler=sampler_obj, batch_size=batch_size,
+    done = multiprocessing.Array("q", max(1, workers), lock=False)
+    sampler_obj = RandomBlockSampler(sizes, patch, 10_000_000, block if sampler == "block" else None, threads, seed)
+    loader = DataLoader(TileDataset(urls, threads, done), sampler=sampler_obj, batch_size=batch_size,
                         num_workers=workers, persistent_workers=workers > 0,
                         prefetch_factor=prefetch if workers > 0 else None,
                         collate_fn=flatten_collate if threads > 1 else None)
     me = psutil.Process()
-    for _ in range(passes):
-        start = time.perf_counter()
-        first = None
-        samples = batches = 0
-        cpu0 = 0.0
-        first_samples = 0
+    # The window opens once every worker has read a sample (all started, connections open)
+    # and closes --duration seconds later (or at --max-samples delivered). Batches are
+    # consumed on a thread so that the window does not depend on when whole batches arrive.
+    win, stop = {}, threading.Event()
+    got = {"samples": 0, "first": None, "px2": None}
+
+    def consume():
         for batch in loader:
-            now = time.perf_counter()
-            n = batch.shape[0]
-            samples += n
-            batches += 1
-            if first is None:
-                first, first_samples = now, n
-                cpu0 = tree_cpu(me)
-                channels = batch.shape[1]
-            if samples >= max_samples or now - first >= duration:
+            got["samples"] += batch.shape[0]
+            if got["first"] is None:
+                got["first"], got["px2"] = time.perf_counter(), batch.shape[1] * patch * patch * 2
+            if stop.is_set() or got["samples"] >= max_samples:
                 break
-        cpu1 = tree_cpu(me)
-        end = time.perf_counter()
-    px = channels * patch * patch
-    bytes_after = (samples - first_samples) * px * 2
+        stop.set()
+
+    start = time.perf_counter()
+    threading.Thread(target=consume, daemon=True).start()
+    while not stop.is_set():
+        if "t0" not in win and min(done) > 0:
+            win.update(t0=time.perf_counter(), read0=sum(done), cpu0=tree_cpu(me))
+        if "t0" in win and time.perf_counter() - win["t0"] >= duration:
+            break
+        stop.wait(0.02)
+    stop.set()
+    win.update(t1=time.perf_counter(), read1=sum(done), cpu1=tree_cpu(me))
+    if "t0" not in win:
+        raise SystemExit("the window never opened: a worker read nothing")
+    end = time.perf_counter()
+    while got["px2"] is None and time.perf_counter() - end < 60:  # the size of a sample
+        time.sleep(0.05)
+    samples, first, px2 = got["samples"], got["first"] or end, got["px2"]
+    read_bytes = (win["read1"] - win["read0"]) * px2
+    span = win["t1"] - win["t0"]
     out = {
         "preset": preset, "workers": workers, "threads": threads, "prefetch": prefetch,
         "sampler": sampler, "patch": patch, "batch_size": batch_size,
-        "samples": samples, "batches": batches, "seconds": end - start,
-        "bytes": samples * px * 2,
-        "mb_per_s": bytes_after / max(end - first, 1e-9) / 1e6,
-        "e2e_mb_per_s": samples * px * 2 / (end - start) / 1e6,
-        "first_batch_s": first - start,
-        "cpu_s_per_gb": (cpu1 - cpu0) / (bytes_after / 1e9) if bytes_after else None,
-        "cpu_s": cpu1 - cpu0,
+        "samples": samples, "seconds": end - start, "window_s": span,
+        "bytes": samples * px2, "bytes_after": read_bytes, "read_bytes_total": sum(done) * px2,
+        "mb_per_s": read_bytes / span / 1e6,
+        "e2e_mb_per_s": samples * px2 / (end - start) / 1e6,
+        "first_batch_s": first - start, "window_start_s": win["t0"] - start,
+        "cpu_s_per_gb": (win["cpu1"] - win["cpu0"]) / (read_bytes / 1e9) if read_bytes else None,
+        "cpu_s": win["cpu1"] - win["cpu0"],
         "torch": torch.__version__,
     }
+    it = getattr(loader, "_iterator", None)
+    if getattr(it, "_worker_pids_set", False):  # workers ending is expected from now on
+        from torch.utils.data._utils import signal_handling
+
+        signal_handling._remove_worker_pids(id(it))
+        it._worker_pids_set = False
+    for w in getattr(it, "_workers", []):  # end the workers now, not after their timeouts
+        w.terminate()
+    for w in getattr(it, "_workers", []):
+        w.join()
     del loader
     return out
 
@@ -220,9 +267,8 @@ def main():
     ap.add_argument("--patch-size", type=int)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--duration", type=float, default=15.0, help="seconds after the first batch")
-    ap.add_argument("--max-samples", type=int, default=100_000)
+    ap.add_argument("--max-samples", type=int, default=10_000_000, help="stop after this many samples")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--passes", type=int, default=1, help="repeat the same samples; report the last")
     ap.add_argument("--scene-size", help="HxW of every scene and BHxBW block, e.g. 4096x4096,512x512 (skips the probe)")
     a = ap.parse_args()
     p = dict(PRESETS[a.preset])
@@ -237,7 +283,7 @@ def main():
         block = tuple(int(v) for v in b.split("x"))
     urls = ["/vsicurl/" + u if u.startswith("http") else u for u in a.urls]
     out = measure(urls, a.preset, p["workers"], p["threads"], p["prefetch"], p["sampler"], p["patch"],
-                  a.batch_size, a.duration, a.max_samples, a.seed, a.passes, sizes, block)
+                  a.batch_size, a.duration, a.max_samples, a.seed, sizes, block)
     print(json.dumps(out))
     sys.stdout.flush()
     os._exit(0)  # do not wait for a slow teardown of many workers

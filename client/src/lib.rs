@@ -8,9 +8,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use tonic::transport::{Channel, Endpoint};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 pub use cogfeed_proto::v1 as pb;
+
+mod tls_probe;
 use pb::feed_client::FeedClient;
 
 /// Largest message accepted from the server.
@@ -22,15 +25,23 @@ pub enum ClientError {
     /// The address is not a valid endpoint.
     #[error("invalid server address {0}")]
     Address(String),
-    /// The connection could not be made.
-    #[error("cannot connect to {addr}: {source}")]
+    /// The connection could not be made (the message carries the whole cause chain, e.g.
+    /// the TLS certificate problem).
+    #[error("cannot connect to {addr}: {}", chain(.source))]
     Connect {
         addr: String,
         #[source]
         source: tonic::transport::Error,
     },
+    /// TLS or token settings that cannot be used.
+    #[error("{0}")]
+    Config(String),
+    /// The TLS session could not be set up (untrusted server certificate, client
+    /// certificate missing or refused, wrong server name).
+    #[error("cannot connect to {addr}: {reason}")]
+    Tls { addr: String, reason: String },
     /// The server answered with an error status.
-    #[error("{}: {}", .0.code(), .0.message())]
+    #[error("{}: {}{}", .0.code(), .0.message(), cause(.0))]
     Status(#[from] tonic::Status),
     /// A batch whose tensor does not match its shape or dtype.
     #[error("malformed batch: {0}")]
@@ -118,11 +129,70 @@ impl TryFrom<pb::Batch> for Batch {
     }
 }
 
+/// `(cause: cause ...)` of a status that came from the transport, else nothing.
+fn cause(s: &tonic::Status) -> String {
+    use std::error::Error;
+    match s.source() {
+        Some(src) => format!(" ({})", chain(src)),
+        None => String::new(),
+    }
+}
+
+/// `error: cause: cause ...`
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = c.source();
+    }
+    out
+}
+
+/// How to reach a daemon: bearer token and TLS files.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// Sent as `authorization: Bearer <token>` on every call.
+    pub token: Option<String>,
+    /// PEM CA bundle to verify the server with (TLS; without it, the public web roots).
+    pub ca: Option<std::path::PathBuf>,
+    /// PEM client certificate and key, for servers that require mTLS.
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+    /// Name expected in the server certificate (default: the address's host).
+    pub domain: Option<String>,
+}
+
+impl ConnectOptions {
+    /// TLS is used for `https://` addresses and whenever a TLS file is given.
+    fn tls(&self, addr: &str) -> bool {
+        addr.starts_with("https://") || self.ca.is_some() || self.cert.is_some() || self.key.is_some()
+    }
+}
+
+/// Adds the bearer token to every call.
+#[derive(Debug, Clone)]
+pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            r.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(r)
+    }
+}
+
 /// A connection to one daemon.
 #[derive(Debug, Clone)]
 pub struct Client {
-    inner: FeedClient<Channel>,
+    inner: FeedClient<InterceptedService<Channel, Bearer>>,
     addr: String,
+    options: ConnectOptions,
 }
 
 /// True for errors worth reconnecting after.
@@ -134,20 +204,31 @@ fn is_unavailable(e: &ClientError) -> bool {
     }
 }
 
-/// `host:port` or a full `http://` URL.
-fn endpoint_url(addr: &str) -> String {
-    if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
+/// `host:port` or a full `http://` / `https://` URL.
+fn endpoint_url(addr: &str, tls: bool) -> String {
+    match addr.split_once("://") {
+        Some((_, rest)) if tls => format!("https://{rest}"),
+        Some(_) => addr.to_string(),
+        None if tls => format!("https://{addr}"),
+        None => format!("http://{addr}"),
     }
 }
 
+fn read_file(path: &std::path::Path, what: &str) -> Result<Vec<u8>, ClientError> {
+    std::fs::read(path).map_err(|e| ClientError::Config(format!("cannot read {what} {}: {e}", path.display())))
+}
+
 impl Client {
-    /// Connects to `addr`.
+    /// Connects to `addr` without token or TLS (unless `addr` is `https://`).
     pub async fn connect(addr: &str) -> Result<Self, ClientError> {
-        let url = endpoint_url(addr);
-        let endpoint = Endpoint::from_shared(url.clone())
+        Self::connect_with(addr, ConnectOptions::default()).await
+    }
+
+    /// Connects to `addr` with a token and/or TLS.
+    pub async fn connect_with(addr: &str, options: ConnectOptions) -> Result<Self, ClientError> {
+        let tls = options.tls(addr);
+        let url = endpoint_url(addr, tls);
+        let mut endpoint = Endpoint::from_shared(url.clone())
             .map_err(|_| ClientError::Address(addr.to_string()))?
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true)
@@ -155,16 +236,59 @@ impl Client {
             .initial_connection_window_size(Some(64 << 20))
             .http2_adaptive_window(false)
             .max_frame_size(1u32 << 20);
+        if tls {
+            let mut config = ClientTlsConfig::new();
+            let ca = options.ca.as_deref().map(|p| read_file(p, "CA file")).transpose()?;
+            config = match &ca {
+                Some(pem) => config.ca_certificate(Certificate::from_pem(pem)),
+                None => config.with_webpki_roots(),
+            };
+            let identity = match (&options.cert, &options.key) {
+                (Some(c), Some(k)) => Some((read_file(c, "client certificate")?, read_file(k, "client key")?)),
+                (None, None) => None,
+                _ => return Err(ClientError::Config("give both --cert and --key for mTLS".into())),
+            };
+            if let Some((cert, key)) = &identity {
+                config = config.identity(Identity::from_pem(cert, key));
+            }
+            if let Some(d) = &options.domain {
+                config = config.domain_name(d.clone());
+            }
+            let uri: tonic::codegen::http::Uri = url.parse().map_err(|_| ClientError::Address(addr.to_string()))?;
+            let host = uri.host().unwrap_or("127.0.0.1").trim_matches(['[', ']']).to_string();
+            let port = uri.port_u16().unwrap_or(443);
+            let domain = options.domain.clone().unwrap_or_else(|| host.clone());
+            let id = identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice()));
+            tls_probe::probe(&host, port, ca.as_deref(), id, &domain)
+                .await
+                .map_err(|reason| ClientError::Tls {
+                    addr: url.clone(),
+                    reason,
+                })?;
+            endpoint = endpoint.tls_config(config).map_err(|e| ClientError::Connect {
+                addr: url.clone(),
+                source: e,
+            })?;
+        }
+        let bearer = match &options.token {
+            Some(t) => Some(
+                format!("Bearer {t}")
+                    .parse()
+                    .map_err(|_| ClientError::Config("the token must be printable ASCII".into()))?,
+            ),
+            None => None,
+        };
         let channel = endpoint
             .connect()
             .await
             .map_err(|e| ClientError::Connect { addr: url, source: e })?;
-        let inner = FeedClient::new(channel)
+        let inner = FeedClient::with_interceptor(channel, Bearer(bearer))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(1 << 20);
         Ok(Self {
             inner,
             addr: addr.to_string(),
+            options,
         })
     }
 
@@ -209,6 +333,7 @@ impl Client {
     ) -> impl futures::Stream<Item = Result<Batch, ClientError>> + use<> {
         struct State {
             addr: String,
+            options: ConnectOptions,
             request: pb::StreamBatchesRequest,
             stream: Option<futures::stream::BoxStream<'static, Result<Batch, ClientError>>>,
             delivered: u64,
@@ -218,6 +343,7 @@ impl Client {
         }
         let state = State {
             addr: self.addr.clone(),
+            options: self.options.clone(),
             request,
             stream: None,
             delivered: 0,
@@ -234,7 +360,7 @@ impl Client {
                 }
                 if st.stream.is_none() {
                     let attempt = async {
-                        let mut c = Client::connect(&st.addr).await?;
+                        let mut c = Client::connect_with(&st.addr, st.options.clone()).await?;
                         c.stream(st.request.clone()).await
                     };
                     match attempt.await {

@@ -22,6 +22,21 @@ struct Cli {
     /// Server address (host:port or http://host:port).
     #[arg(long, global = true, env = "COGFEED_SERVER", default_value = "127.0.0.1:50051")]
     server: String,
+    /// Bearer token for servers that require one.
+    #[arg(long, global = true, env = "COGFEED_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// PEM CA bundle to verify the server's certificate (turns TLS on).
+    #[arg(long, global = true, env = "COGFEED_CA")]
+    ca: Option<std::path::PathBuf>,
+    /// PEM client certificate, for servers that require mTLS (with --key).
+    #[arg(long, global = true, env = "COGFEED_CERT")]
+    cert: Option<std::path::PathBuf>,
+    /// PEM client key (with --cert).
+    #[arg(long, global = true, env = "COGFEED_KEY")]
+    key: Option<std::path::PathBuf>,
+    /// Server name expected in its certificate (default: the host of --server).
+    #[arg(long, global = true)]
+    tls_domain: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -154,7 +169,14 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let mut client = Client::connect(&cli.server).await?;
+    let options = cogfeed_client::ConnectOptions {
+        token: cli.token.clone(),
+        ca: cli.ca.clone(),
+        cert: cli.cert.clone(),
+        key: cli.key.clone(),
+        domain: cli.tls_domain.clone(),
+    };
+    let mut client = Client::connect_with(&cli.server, options).await?;
     match cli.command {
         Command::Datasets => {
             for d in client.datasets().await? {

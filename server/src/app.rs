@@ -11,6 +11,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use cogfeed_proto::v1::feed_server::FeedServer;
 
+use crate::auth::{Auth, JobSlots};
 use crate::cache::{HeaderCache, TileCache};
 use crate::catalog::Catalog;
 use crate::cog::OpenOptions;
@@ -19,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::service::FeedService;
 use crate::storage::{StoreOptions, Stores};
+use crate::tls;
 
 /// Largest gRPC message either way (a batch of 256 patches of 4x512x512 float32 is 1 GiB).
 pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
@@ -37,6 +39,12 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Tells running streams that the daemon is shutting down.
     pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Tokens, scopes and per-caller limits.
+    pub auth: Arc<Auth>,
+    /// Concurrent streams per job.
+    pub jobs: Arc<JobSlots>,
+    /// TLS for the gRPC listener, when configured.
+    pub tls: Option<Arc<tls::Reloading>>,
 }
 
 impl App {
@@ -65,6 +73,12 @@ impl App {
             })
             .with_metrics(metrics.clone()),
         );
+        let auth = Arc::new(Auth::new(&config.auth, &config.limits)?);
+        let jobs = JobSlots::new(config.limits.max_streams_per_job);
+        let tls = match &config.tls {
+            Some(t) => Some(tls::Reloading::new(t.clone())?),
+            None => None,
+        };
         let headers = HeaderCache::new(config.cache.header_entries);
         let options = OpenOptions {
             prefix_bytes: s.header_prefix_bytes.max(16),
@@ -79,6 +93,9 @@ impl App {
             streams: Arc::new(Semaphore::new(config.limits.max_streams)),
             metrics,
             shutdown: Arc::new(tokio::sync::watch::channel(false).0),
+            auth,
+            jobs,
+            tls,
             config,
         })
     }
@@ -92,6 +109,8 @@ impl App {
             streams: self.streams.clone(),
             metrics: self.metrics.clone(),
             shutdown: self.shutdown.subscribe(),
+            auth: self.auth.clone(),
+            jobs: self.jobs.clone(),
         }
     }
 
@@ -101,19 +120,29 @@ impl App {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<()> {
+        use axum::http::{HeaderMap, StatusCode, header};
+        use axum::response::IntoResponse;
         use axum::routing::get;
         let metrics = self.metrics.clone();
+        let auth = self.auth.clone();
         let ready = self.metrics.clone();
         let router = axum::Router::new()
             .route(
                 "/metrics",
-                get(move || {
+                get(move |headers: HeaderMap| {
                     let m = metrics.clone();
+                    let auth = auth.clone();
                     async move {
-                        (
-                            [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                            m.render(),
-                        )
+                        let token = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+                        if !auth.metrics_allowed(token) {
+                            return (
+                                StatusCode::UNAUTHORIZED,
+                                [(header::WWW_AUTHENTICATE, "Bearer")],
+                                "this endpoint requires a bearer token\n",
+                            )
+                                .into_response();
+                        }
+                        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], m.render()).into_response()
                     }
                 }),
             )
@@ -165,9 +194,12 @@ impl App {
             .register_encoded_file_descriptor_set(cogfeed_proto::v1::FILE_DESCRIPTOR_SET)
             .build_v1()
             .map_err(|e| Error::InvalidArgument(format!("reflection: {e}")))?;
-        let feed = FeedServer::new(self.service())
-            .max_decoding_message_size(1 << 20)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let feed = tonic::service::interceptor::InterceptedService::new(
+            FeedServer::new(self.service())
+                .max_decoding_message_size(1 << 20)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            self.auth.interceptor(),
+        );
         let stop = self.shutdown.clone();
         let metrics = self.metrics.clone();
         let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
@@ -178,15 +210,22 @@ impl App {
             let _ = stop.send(true);
             let _ = signalled_tx.send(());
         };
-        let server = tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             .initial_stream_window_size(Some(8 << 20))
             .initial_connection_window_size(Some(32 << 20))
             .max_frame_size(Some((1 << 20) - 1))
             .tcp_nodelay(true)
             .add_service(health)
             .add_service(reflection)
-            .add_service(feed)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signalled);
+            .add_service(feed);
+        let server: std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send + '_>> =
+            match &self.tls {
+                Some(t) => {
+                    t.watch();
+                    Box::pin(router.serve_with_incoming_shutdown(tls::incoming(listener, t.clone()), signalled))
+                }
+                None => Box::pin(router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), signalled)),
+            };
         let bound = async move {
             if signalled_rx.await.is_ok() {
                 tokio::time::sleep(drain).await;

@@ -4,12 +4,12 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
 /// The whole configuration file.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
@@ -22,10 +22,95 @@ pub struct Config {
     pub limits: LimitsConfig,
     #[serde(default)]
     pub datasets: Vec<DatasetConfig>,
+    #[serde(default)]
+    pub auth: AuthConfig,
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+}
+
+/// A credential from the config: shown as `<redacted>` by `Debug` and when the config is
+/// printed, so it never reaches a log or an error.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value itself, for the one place that hands it to a store client.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Self {
+        Self::new(value)
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str("<redacted>")
+    }
+}
+
+/// `[auth]`: who may call the daemon. Tokens are stored as SHA-256 digests, never in clear.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Refuse calls without a valid token (otherwise anonymous callers read every dataset).
+    #[serde(default)]
+    pub required: bool,
+    #[serde(default)]
+    pub tokens: Vec<TokenConfig>,
+    /// Hex SHA-256 of the bearer token `/metrics` requires (None = open).
+    #[serde(default)]
+    pub metrics_token_sha256: Option<String>,
+}
+
+/// `[[auth.tokens]]`: one bearer token.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// Hex SHA-256 of the token (`printf %s "$TOKEN" | sha256sum`).
+    pub sha256: String,
+    /// Dataset names this token may read; `"*"` = all.
+    pub datasets: Vec<String>,
+    /// Name in logs and errors (default `token-N`, N = its position from 1).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Concurrent streams for this token (default `limits.max_streams_per_token`).
+    #[serde(default)]
+    pub max_streams: Option<usize>,
+    /// Calls per second for this token (default `limits.requests_per_second`).
+    #[serde(default)]
+    pub requests_per_second: Option<u32>,
+}
+
+/// `[tls]`: serve gRPC over TLS; paths are relative to the config file.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+    /// PEM CA bundle: when given, clients must present a certificate it signed (mTLS).
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// `[server]`: where to listen.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// gRPC listen address.
@@ -62,7 +147,7 @@ impl Default for ServerConfig {
 }
 
 /// `[cache]`: the shared decoded-tile cache.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CacheConfig {
     /// Capacity of the decoded-tile cache in bytes.
@@ -91,7 +176,7 @@ impl Default for CacheConfig {
 }
 
 /// `[store]`: object-store timeouts and retries, and the first header read.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     #[serde(default = "default_request_timeout")]
@@ -113,7 +198,7 @@ pub struct StoreConfig {
     pub s3_access_key_id: Option<String>,
     /// S3 secret (overrides `AWS_SECRET_ACCESS_KEY`; prefer the environment or a secret).
     #[serde(default)]
-    pub s3_secret_access_key: Option<String>,
+    pub s3_secret_access_key: Option<Secret>,
 }
 
 fn default_request_timeout() -> f64 {
@@ -145,7 +230,7 @@ impl Default for StoreConfig {
 }
 
 /// `[limits]`: what one request may ask for.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
     #[serde(default = "default_max_patch")]
@@ -159,6 +244,23 @@ pub struct LimitsConfig {
     /// Batches queued per stream ahead of the client (memory bound for slow clients).
     #[serde(default = "default_queue")]
     pub stream_queue_batches: usize,
+    /// Concurrent streams per token (anonymous callers share one allowance).
+    #[serde(default = "default_max_streams")]
+    pub max_streams_per_token: usize,
+    /// Concurrent streams per job name.
+    #[serde(default = "default_max_streams_per_job")]
+    pub max_streams_per_job: usize,
+    /// Calls per second per token (anonymous callers share one allowance); bursts of twice
+    /// as many pass.
+    #[serde(default = "default_rps")]
+    pub requests_per_second: u32,
+}
+
+fn default_max_streams_per_job() -> usize {
+    64
+}
+fn default_rps() -> u32 {
+    200
 }
 
 fn default_max_patch() -> u32 {
@@ -185,12 +287,15 @@ impl Default for LimitsConfig {
             max_batch_bytes: default_max_batch_bytes(),
             max_streams: default_max_streams(),
             stream_queue_batches: default_queue(),
+            max_streams_per_token: default_max_streams(),
+            max_streams_per_job: default_max_streams_per_job(),
+            requests_per_second: default_rps(),
         }
     }
 }
 
 /// `[[datasets]]`: one named dataset.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatasetConfig {
     pub name: String,
@@ -227,7 +332,19 @@ impl Config {
             context: format!("cannot read config {}", path.display()),
             source: e,
         })?;
-        Self::parse(&text)
+        let mut config = Self::parse(&text)?;
+        // TLS files are named relative to the config file.
+        if let (Some(tls), Some(dir)) = (config.tls.as_mut(), path.parent()) {
+            for p in [Some(&mut tls.cert), Some(&mut tls.key), tls.client_ca.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                if p.is_relative() {
+                    *p = dir.join(&*p);
+                }
+            }
+        }
+        Ok(config)
     }
 
     /// Parses and validates TOML text.
@@ -247,6 +364,13 @@ impl Config {
         if self.limits.stream_queue_batches == 0 {
             return bad("limits.stream_queue_batches must be at least 1".into());
         }
+        if self.limits.max_streams_per_token == 0 || self.limits.max_streams_per_job == 0 {
+            return bad("limits.max_streams_per_token and max_streams_per_job must be at least 1".into());
+        }
+        if self.limits.requests_per_second == 0 {
+            return bad("limits.requests_per_second must be at least 1".into());
+        }
+        self.validate_auth()?;
         let mut names = std::collections::HashSet::new();
         for d in &self.datasets {
             if d.name.is_empty() || !d.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
@@ -274,6 +398,44 @@ impl Config {
             }
             if d.std.as_ref().is_some_and(|s| s.iter().any(|v| *v <= 0.0)) {
                 return bad(format!("dataset {}: std values must be positive", d.name));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_auth(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(format!("config: {m}")));
+        let a = &self.auth;
+        if a.required && a.tokens.is_empty() {
+            return bad("auth.required = true with no [[auth.tokens]] lets nobody in".into());
+        }
+        let is_digest = |h: &str| h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit());
+        if let Some(m) = &a.metrics_token_sha256
+            && !is_digest(m)
+        {
+            return bad("auth.metrics_token_sha256 must be 64 hex digits (a SHA-256)".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, t) in a.tokens.iter().enumerate() {
+            let n = i + 1;
+            if !is_digest(&t.sha256) {
+                return bad(format!(
+                    "auth.tokens #{n}: sha256 must be 64 hex digits (the token's SHA-256, never the token)"
+                ));
+            }
+            if !seen.insert(t.sha256.to_ascii_lowercase()) {
+                return bad(format!("auth.tokens #{n}: the same token is listed twice"));
+            }
+            if t.datasets.is_empty() {
+                return bad(format!("auth.tokens #{n}: datasets is empty (use [\"*\"] for all)"));
+            }
+            for d in &t.datasets {
+                if d != "*" && !self.datasets.iter().any(|x| &x.name == d) {
+                    return bad(format!("auth.tokens #{n}: unknown dataset {d:?}"));
+                }
+            }
+            if t.max_streams == Some(0) || t.requests_per_second == Some(0) {
+                return bad(format!("auth.tokens #{n}: limits must be at least 1"));
             }
         }
         Ok(())

@@ -20,6 +20,10 @@ pub enum ErrorCode {
     Unavailable,
     /// A configured limit was hit.
     ResourceExhausted,
+    /// No valid credentials.
+    Unauthenticated,
+    /// Valid credentials that do not cover what was asked for.
+    PermissionDenied,
     /// Anything else (a bug, an I/O problem on our side).
     Internal,
 }
@@ -47,6 +51,15 @@ pub enum Error {
     /// A bad argument that is not about a particular object.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The caller could not be authenticated.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// The caller may not do this.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// A configured limit (streams, call rate) was hit.
+    #[error("limit exceeded: {0}")]
+    LimitExceeded(String),
     /// The daemon is shutting down; the client should reconnect and resume from `cursor`.
     #[error("server shutting down; resume from cursor {cursor}")]
     ShuttingDown {
@@ -89,6 +102,9 @@ impl Error {
             },
             Error::InvalidUrl { .. } | Error::InvalidArgument(_) => ErrorCode::InvalidArgument,
             Error::ShuttingDown { .. } => ErrorCode::Unavailable,
+            Error::Unauthenticated(_) => ErrorCode::Unauthenticated,
+            Error::PermissionDenied(_) => ErrorCode::PermissionDenied,
+            Error::LimitExceeded(_) => ErrorCode::ResourceExhausted,
             Error::Io { .. } => ErrorCode::Internal,
         }
     }

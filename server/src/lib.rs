@@ -7,6 +7,7 @@
 //! `error` is the crate error with its code set.
 
 pub mod app;
+pub mod auth;
 pub mod cache;
 pub mod catalog;
 pub mod cog;
@@ -21,5 +22,6 @@ pub mod rng;
 pub mod sampler;
 pub mod service;
 pub mod storage;
+pub mod tls;
 
 pub use error::{Error, ErrorCode, Result};

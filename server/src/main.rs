@@ -56,6 +56,9 @@ enum Command {
     CheckConfig {
         /// TOML configuration file.
         file: std::path::PathBuf,
+        /// Print the effective configuration (defaults filled in, secrets redacted) as TOML.
+        #[arg(long)]
+        dump: bool,
     },
     /// Write the demo dataset (tiled COGs with labels) into DIR.
     DemoData {
@@ -176,8 +179,25 @@ async fn serve(
             })
             .await
     });
+    let (auth, tls) = (&app.config.auth, &app.config.tls);
+    if !auth.required {
+        let exposure = if addr.ip().is_loopback() {
+            "local processes"
+        } else {
+            "ANY HOST THAT CAN REACH THIS ADDRESS"
+        };
+        eprintln!(
+            "WARNING: authentication is OFF: {exposure} can read every dataset without a token \
+             (set [auth] required = true with [[auth.tokens]])"
+        );
+        tracing::warn!(listen = %addr, "authentication is off");
+    }
+    if tls.is_none() && !addr.ip().is_loopback() {
+        eprintln!("WARNING: gRPC without TLS on {addr}: tokens and data cross the network in clear ([tls])");
+    }
     eprintln!("metrics on http://{metrics_addr}/metrics");
-    eprintln!("grpc listening on http://{addr}");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    eprintln!("grpc listening on {scheme}://{addr}");
     let shutdown = async move {
         wait_for_signal().await;
         eprintln!("shutting down");
@@ -212,9 +232,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             metrics_listen,
             data_dir,
         } => serve(config, listen, metrics_listen, data_dir).await?,
-        Command::CheckConfig { file } => {
+        Command::CheckConfig { file, dump } => {
             let cfg = Config::load(&file)?;
-            println!("{}: ok, {} datasets", file.display(), cfg.datasets.len());
+            if dump {
+                print!("{}", toml::to_string(&cfg)?);
+            } else {
+                println!("{}: ok, {} datasets", file.display(), cfg.datasets.len());
+            }
         }
         Command::DemoData { dir, scenes, size } => {
             let paths = cogfeed_server::demo::write_scenes(&dir, scenes, size)?;

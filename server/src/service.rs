@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 use cogfeed_proto::v1 as pb;
 use cogfeed_proto::v1::feed_server::Feed;
 
+use crate::auth::{Auth, JobSlot, JobSlots, Principal};
 use crate::cache::TileCache;
 use crate::catalog::{Catalog, Dataset};
 use crate::cog::{ReadError, TiffError};
@@ -34,6 +35,8 @@ pub fn status(e: &Error) -> Status {
         ErrorCode::DataLoss => Status::data_loss(msg),
         ErrorCode::Unavailable => Status::unavailable(msg),
         ErrorCode::ResourceExhausted => Status::resource_exhausted(msg),
+        ErrorCode::Unauthenticated => Status::unauthenticated(msg),
+        ErrorCode::PermissionDenied => Status::permission_denied(msg),
         ErrorCode::Internal => {
             tracing::error!(error = %msg, "internal error");
             Status::internal("internal error")
@@ -51,6 +54,10 @@ pub struct FeedService {
     pub metrics: Arc<Metrics>,
     /// Set to true when the daemon shuts down.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Tokens, scopes and per-caller limits.
+    pub auth: Arc<Auth>,
+    /// Concurrent streams per job name.
+    pub jobs: Arc<JobSlots>,
 }
 
 /// Queue depth of one stream, added into its job's gauge. After the stream closes, late
@@ -103,7 +110,7 @@ struct MeteredStream {
     labels: [String; 2],
     waiting_since: Option<Instant>,
     active: IntGauge,
-    _permit: OwnedSemaphorePermit,
+    _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit, JobSlot),
     _span: tracing::Span,
 }
 
@@ -219,6 +226,22 @@ fn batch_pb(b: BatchOut) -> pb::Batch {
 }
 
 impl FeedService {
+    /// The caller attached by the auth interceptor (anonymous, if allowed, when the
+    /// service runs without it).
+    fn caller<T>(&self, r: &Request<T>) -> Result<Principal, Status> {
+        match r.extensions().get::<Principal>() {
+            Some(p) => Ok(p.clone()),
+            None => self.auth.authenticate(None).map_err(|e| status(&e)),
+        }
+    }
+
+    /// The caller, if it may read `dataset`; PERMISSION_DENIED otherwise.
+    fn allowed<T>(&self, r: &Request<T>, dataset: &str) -> Result<Principal, Status> {
+        let caller = self.caller(r)?;
+        caller.check(dataset).map_err(|e| status(&e))?;
+        Ok(caller)
+    }
+
     fn dataset(&self, name: &str) -> Result<Arc<Dataset>, Status> {
         self.catalog
             .get(name)
@@ -386,12 +409,14 @@ type BatchStream = Pin<Box<dyn Stream<Item = Result<pb::Batch, Status>> + Send>>
 impl Feed for FeedService {
     async fn list_datasets(
         &self,
-        _: Request<pb::ListDatasetsRequest>,
+        r: Request<pb::ListDatasetsRequest>,
     ) -> Result<Response<pb::ListDatasetsResponse>, Status> {
+        let caller = self.caller(&r)?;
         let datasets = self
             .catalog
             .all()
             .iter()
+            .filter(|d| caller.may_read(&d.name))
             .map(|d| pb::DatasetSummary {
                 name: d.name.clone(),
                 scenes: d.scenes.len() as u32,
@@ -406,6 +431,7 @@ impl Feed for FeedService {
         &self,
         r: Request<pb::DescribeDatasetRequest>,
     ) -> Result<Response<pb::DatasetInfo>, Status> {
+        self.allowed(&r, &r.get_ref().dataset)?;
         let ds = self.dataset(&r.get_ref().dataset)?;
         let scenes = ds
             .scenes
@@ -445,12 +471,15 @@ impl Feed for FeedService {
     type StreamBatchesStream = BatchStream;
 
     async fn stream_batches(&self, r: Request<pb::StreamBatchesRequest>) -> Result<Response<BatchStream>, Status> {
+        let caller = self.allowed(&r, &r.get_ref().dataset)?;
         let permit: OwnedSemaphorePermit = self.streams.clone().try_acquire_owned().map_err(|_| {
             Status::resource_exhausted(format!(
                 "too many concurrent streams (limit {})",
                 self.limits.max_streams
             ))
         })?;
+        let caller_slot = caller.stream_slot().map_err(|e| status(&e))?;
+        let job_slot = self.jobs.acquire(&r.get_ref().job).map_err(|e| status(&e))?;
         let mut job = self.job(r.get_ref())?;
         job.metrics = Some(self.metrics.clone());
         let labels = [job.dataset.name.clone(), self.metrics.job_label(&r.get_ref().job)];
@@ -458,6 +487,7 @@ impl Feed for FeedService {
             "stream",
             dataset = %job.dataset.name,
             job = %r.get_ref().job,
+            caller = %caller.name(),
             rank = job.share.rank,
             world = job.share.world
         );
@@ -483,7 +513,7 @@ impl Feed for FeedService {
             labels,
             waiting_since: None,
             active,
-            _permit: permit,
+            _permits: (permit, caller_slot, job_slot),
             _span: span,
         };
         Ok(Response::new(Box::pin(stream)))
@@ -493,6 +523,7 @@ impl Feed for FeedService {
         &self,
         r: Request<pb::StreamBatchesRequest>,
     ) -> Result<Response<pb::CountBatchesResponse>, Status> {
+        self.allowed(&r, &r.get_ref().dataset)?;
         let job = self.job(r.get_ref())?;
         Ok(Response::new(pb::CountBatchesResponse {
             batches: job.batch_count(),
@@ -502,6 +533,7 @@ impl Feed for FeedService {
     }
 
     async fn read_window(&self, r: Request<pb::ReadWindowRequest>) -> Result<Response<pb::ReadWindowResponse>, Status> {
+        self.allowed(&r, &r.get_ref().dataset)?;
         let r = r.into_inner();
         let ds = self.dataset(&r.dataset)?;
         let scene = ds.scenes.get(r.scene as usize).ok_or_else(|| {

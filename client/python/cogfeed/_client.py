@@ -6,6 +6,7 @@ from the cursor of the last batch it delivered, so nothing is lost or repeated. 
 raise `CogfeedError` with the gRPC status and message.
 """
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
@@ -61,12 +62,12 @@ class Client:
     """A connection to one cogfeed daemon.
 
     `tls` may be a CA file path (or PEM bytes), or a dict with `ca`, `cert`, `key` for mTLS.
-    `token` is sent as a bearer token on every call.
+    `token` is sent as a bearer token on every call (default: `$COGFEED_TOKEN`).
     """
 
     def __init__(self, address: str, token: Optional[str] = None, tls=None, options=None):
         self.address = address
-        self._token = token
+        self._token = token if token is not None else (os.environ.get("COGFEED_TOKEN") or None)
         self._tls = tls
         self._options = list(CHANNEL_OPTIONS) + list(options or [])
         self._connect()

@@ -12,6 +12,7 @@ pub mod codec;
 pub mod decode;
 pub mod dtype;
 pub mod error;
+pub mod fuzz;
 pub mod geo;
 pub mod header;
 pub mod ifd;

@@ -42,7 +42,7 @@ pub struct StoreOptions {
     /// S3 endpoint, key id and secret overriding the environment (None = environment).
     pub s3_endpoint: Option<String>,
     pub s3_access_key_id: Option<String>,
-    pub s3_secret_access_key: Option<String>,
+    pub s3_secret_access_key: Option<crate::config::Secret>,
 }
 
 impl Default for StoreOptions {
@@ -100,7 +100,7 @@ pub fn build_store(location: &Location, options: &StoreOptions) -> Result<Arc<dy
                 b = b.with_access_key_id(id);
             }
             if let Some(secret) = &options.s3_secret_access_key {
-                b = b.with_secret_access_key(secret);
+                b = b.with_secret_access_key(secret.expose());
             }
             Arc::new(b.build().map_err(invalid)?)
         }

@@ -1,0 +1,373 @@
+//! Who may call the daemon and how much: bearer tokens from the config (kept only as
+//! SHA-256 digests), the datasets each may read, and per-caller limits on concurrent
+//! streams and call rate. [`Auth::interceptor`] runs on every Feed call, authenticates it
+//! and attaches a [`Principal`]; the service asks the principal before touching a dataset.
+//! A token never appears in a log, an error or a metric: callers are named by the token's
+//! configured name.
+
+use std::collections::{HashMap, HashSet};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+
+use crate::config::{AuthConfig, LimitsConfig};
+use crate::error::{Error, Result};
+
+/// An authenticated (or anonymous) caller.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    inner: Arc<Caller>,
+}
+
+#[derive(Debug)]
+struct Caller {
+    name: String,
+    scope: Scope,
+    streams: Arc<Semaphore>,
+    max_streams: usize,
+    rate: DefaultDirectRateLimiter,
+    requests_per_second: u32,
+}
+
+#[derive(Debug)]
+enum Scope {
+    All,
+    Only(HashSet<String>),
+}
+
+impl Principal {
+    fn new(name: String, scope: Scope, max_streams: usize, requests_per_second: u32) -> Self {
+        let rps = NonZeroU32::new(requests_per_second).unwrap_or(NonZeroU32::MIN);
+        let burst = rps.saturating_mul(NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN));
+        Self {
+            inner: Arc::new(Caller {
+                name,
+                scope,
+                streams: Arc::new(Semaphore::new(max_streams)),
+                max_streams,
+                rate: RateLimiter::direct(Quota::per_second(rps).allow_burst(burst)),
+                requests_per_second,
+            }),
+        }
+    }
+
+    /// The caller's name in logs and errors (`anonymous` without a token).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Whether this caller may read `dataset`.
+    pub fn may_read(&self, dataset: &str) -> bool {
+        match &self.inner.scope {
+            Scope::All => true,
+            Scope::Only(names) => names.contains(dataset),
+        }
+    }
+
+    /// `Ok` when this caller may read `dataset`, else PERMISSION_DENIED naming both.
+    pub fn check(&self, dataset: &str) -> Result<()> {
+        if self.may_read(dataset) {
+            Ok(())
+        } else {
+            Err(Error::PermissionDenied(format!(
+                "{} may not read dataset {dataset:?}",
+                self.inner.name
+            )))
+        }
+    }
+
+    /// One of this caller's stream slots, or RESOURCE_EXHAUSTED.
+    pub fn stream_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        self.inner.streams.clone().try_acquire_owned().map_err(|_| {
+            Error::LimitExceeded(format!(
+                "too many concurrent streams for {} (limit {})",
+                self.inner.name, self.inner.max_streams
+            ))
+        })
+    }
+
+    /// Counts one call against the caller's rate, or RESOURCE_EXHAUSTED.
+    fn admit(&self) -> Result<()> {
+        self.inner.rate.check().map_err(|_| {
+            Error::LimitExceeded(format!(
+                "call rate limit for {} exceeded ({} per second)",
+                self.inner.name, self.inner.requests_per_second
+            ))
+        })
+    }
+}
+
+/// The token table and the anonymous caller.
+#[derive(Debug)]
+pub struct Auth {
+    required: bool,
+    tokens: Vec<([u8; 32], Principal)>,
+    anonymous: Principal,
+    metrics: Option<[u8; 32]>,
+}
+
+impl Auth {
+    /// Builds the table from `[auth]` and the default limits of `[limits]`.
+    pub fn new(config: &AuthConfig, limits: &LimitsConfig) -> Result<Self> {
+        let digest = |hex_text: &str, what: &str| -> Result<[u8; 32]> {
+            let mut out = [0u8; 32];
+            hex::decode_to_slice(hex_text, &mut out)
+                .map_err(|_| Error::InvalidArgument(format!("config: {what} is not a hex SHA-256")))?;
+            Ok(out)
+        };
+        let mut tokens = Vec::with_capacity(config.tokens.len());
+        for (i, t) in config.tokens.iter().enumerate() {
+            let name = t.name.clone().unwrap_or_else(|| format!("token-{}", i + 1));
+            let scope = if t.datasets.iter().any(|d| d == "*") {
+                Scope::All
+            } else {
+                Scope::Only(t.datasets.iter().cloned().collect())
+            };
+            let principal = Principal::new(
+                format!("token {name:?}"),
+                scope,
+                t.max_streams.unwrap_or(limits.max_streams_per_token),
+                t.requests_per_second.unwrap_or(limits.requests_per_second),
+            );
+            tokens.push((digest(&t.sha256, &format!("auth.tokens #{}", i + 1))?, principal));
+        }
+        let metrics = match &config.metrics_token_sha256 {
+            Some(h) => Some(digest(h, "auth.metrics_token_sha256")?),
+            None => None,
+        };
+        Ok(Self {
+            required: config.required,
+            tokens,
+            anonymous: Principal::new(
+                "anonymous caller".into(),
+                Scope::All,
+                limits.max_streams_per_token,
+                limits.requests_per_second,
+            ),
+            metrics,
+        })
+    }
+
+    /// Whether calls without a token are refused.
+    pub fn required(&self) -> bool {
+        self.required
+    }
+
+    /// The caller presenting `authorization` (the header's value, if any). A token that is
+    /// given must be valid, whether or not tokens are required.
+    pub fn authenticate(&self, authorization: Option<&[u8]>) -> Result<Principal> {
+        let Some(header) = authorization else {
+            if self.required {
+                return Err(Error::Unauthenticated(
+                    "this server requires a bearer token (metadata `authorization: Bearer <token>`)".into(),
+                ));
+            }
+            return Ok(self.anonymous.clone());
+        };
+        let token = bearer(header)?;
+        let got: [u8; 32] = Sha256::digest(token).into();
+        // Compare against every digest without stopping early.
+        let mut found = None;
+        for (digest, principal) in &self.tokens {
+            if constant_time_eq(digest, &got) {
+                found = Some(principal);
+            }
+        }
+        found
+            .cloned()
+            .ok_or_else(|| Error::Unauthenticated("unknown bearer token".into()))
+    }
+
+    /// Authenticates and rate-limits one call.
+    pub fn admit(&self, authorization: Option<&[u8]>) -> Result<Principal> {
+        let principal = self.authenticate(authorization)?;
+        principal.admit()?;
+        Ok(principal)
+    }
+
+    /// Whether a `/metrics` request with `authorization` may read the metrics.
+    pub fn metrics_allowed(&self, authorization: Option<&[u8]>) -> bool {
+        let Some(want) = &self.metrics else {
+            return true;
+        };
+        let Some(token) = authorization.and_then(|h| bearer(h).ok()) else {
+            return false;
+        };
+        let got: [u8; 32] = Sha256::digest(token).into();
+        constant_time_eq(want, &got)
+    }
+
+    /// A tonic interceptor: authenticates and rate-limits every call, and attaches the
+    /// [`Principal`] to the request for the service.
+    pub fn interceptor(self: &Arc<Self>) -> impl tonic::service::Interceptor + Clone + use<> {
+        let auth = self.clone();
+        move |mut request: tonic::Request<()>| {
+            let header = request.metadata().get("authorization").map(|v| v.as_bytes());
+            let principal = auth.admit(header).map_err(|e| crate::service::status(&e))?;
+            request.extensions_mut().insert(principal);
+            Ok(request)
+        }
+    }
+}
+
+/// The token in `Bearer <token>` (scheme case-insensitive).
+fn bearer(header: &[u8]) -> Result<&[u8]> {
+    let bad = || Error::Unauthenticated("malformed authorization header: expected `Bearer <token>`".into());
+    let text = std::str::from_utf8(header).map_err(|_| bad())?;
+    let (scheme, token) = text.trim().split_once(' ').ok_or_else(bad)?;
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Err(bad());
+    }
+    Ok(token.as_bytes())
+}
+
+fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Concurrent streams per job name.
+#[derive(Debug)]
+pub struct JobSlots {
+    limit: usize,
+    open: std::sync::Mutex<HashMap<String, usize>>,
+}
+
+/// A held job slot; dropping it frees the slot.
+#[derive(Debug)]
+pub struct JobSlot {
+    slots: Arc<JobSlots>,
+    job: String,
+}
+
+impl JobSlots {
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            open: std::sync::Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A slot for one more stream of `job`, or RESOURCE_EXHAUSTED.
+    pub fn acquire(self: &Arc<Self>, job: &str) -> Result<JobSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(job.to_string()).or_insert(0);
+        if *n >= self.limit {
+            return Err(Error::LimitExceeded(format!(
+                "too many concurrent streams for job {job:?} (limit {})",
+                self.limit
+            )));
+        }
+        *n += 1;
+        Ok(JobSlot {
+            slots: self.clone(),
+            job: job.to_string(),
+        })
+    }
+}
+
+impl Drop for JobSlot {
+    fn drop(&mut self) {
+        let mut open = self.slots.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.job) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.job);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TokenConfig;
+
+    fn sha(t: &str) -> String {
+        hex::encode(Sha256::digest(t.as_bytes()))
+    }
+
+    fn auth(required: bool) -> Auth {
+        let config = AuthConfig {
+            required,
+            tokens: vec![
+                TokenConfig {
+                    sha256: sha("alpha-secret"),
+                    datasets: vec!["demo".into()],
+                    name: Some("alpha".into()),
+                    max_streams: Some(1),
+                    requests_per_second: Some(1),
+                },
+                TokenConfig {
+                    sha256: sha("root-secret"),
+                    datasets: vec!["*".into()],
+                    name: None,
+                    max_streams: None,
+                    requests_per_second: None,
+                },
+            ],
+            metrics_token_sha256: Some(sha("scrape")),
+        };
+        Auth::new(&config, &LimitsConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn tokens_scopes_and_errors() {
+        let a = auth(true);
+        let code = |r: Result<Principal>| r.unwrap_err().code();
+        use crate::error::ErrorCode::*;
+        assert_eq!(code(a.authenticate(None)), Unauthenticated);
+        assert_eq!(code(a.authenticate(Some(b"Bearer nope"))), Unauthenticated);
+        assert_eq!(code(a.authenticate(Some(b"Basic alpha-secret"))), Unauthenticated);
+        assert_eq!(code(a.authenticate(Some(&[0xff, 0xfe]))), Unauthenticated);
+        let alpha = a.authenticate(Some(b"bearer  alpha-secret ")).unwrap();
+        assert!(alpha.may_read("demo") && !alpha.may_read("other"));
+        let denied = alpha.check("other").unwrap_err();
+        assert_eq!(denied.code(), PermissionDenied);
+        assert!(denied.to_string().contains("alpha") && !denied.to_string().contains("secret"));
+        let root = a.authenticate(Some(b"Bearer root-secret")).unwrap();
+        assert!(root.may_read("anything"));
+        assert_eq!(root.name(), "token \"token-2\"");
+        // Open mode: no token is fine, a wrong one is not.
+        let open = auth(false);
+        assert!(open.authenticate(None).unwrap().may_read("x"));
+        assert_eq!(code(open.authenticate(Some(b"Bearer nope"))), Unauthenticated);
+    }
+
+    #[test]
+    fn limits_per_token() {
+        let a = auth(true);
+        let alpha = a.authenticate(Some(b"Bearer alpha-secret")).unwrap();
+        let held = alpha.stream_slot().unwrap();
+        assert_eq!(
+            alpha.stream_slot().unwrap_err().code(),
+            crate::error::ErrorCode::ResourceExhausted
+        );
+        drop(held);
+        let _again = alpha.stream_slot().unwrap();
+        // 1 per second with a burst of 2.
+        a.admit(Some(b"Bearer alpha-secret")).unwrap();
+        a.admit(Some(b"Bearer alpha-secret")).unwrap();
+        let e = a.admit(Some(b"Bearer alpha-secret")).unwrap_err();
+        assert!(e.to_string().contains("rate"), "{e}");
+        // Other tokens are not affected.
+        a.admit(Some(b"Bearer root-secret")).unwrap();
+        let jobs = JobSlots::new(1);
+        let j = jobs.acquire("train").unwrap();
+        assert!(jobs.acquire("train").is_err());
+        jobs.acquire("eval").unwrap();
+        drop(j);
+        jobs.acquire("train").unwrap();
+    }
+
+    #[test]
+    fn metrics_token() {
+        let a = auth(true);
+        assert!(a.metrics_allowed(Some(b"Bearer scrape")));
+        assert!(!a.metrics_allowed(Some(b"Bearer root-secret")));
+        assert!(!a.metrics_allowed(None));
+    }
+}
