@@ -244,6 +244,9 @@ pub struct LimitsConfig {
     /// Batches queued per stream ahead of the client (memory bound for slow clients).
     #[serde(default = "default_queue")]
     pub stream_queue_batches: usize,
+    /// Bytes of samples one stream may load ahead (the self-tuned look-ahead's ceiling).
+    #[serde(default = "default_max_prefetch_bytes")]
+    pub max_prefetch_bytes: u64,
     /// Concurrent streams per token (anonymous callers share one allowance).
     #[serde(default = "default_max_streams")]
     pub max_streams_per_token: usize,
@@ -256,6 +259,9 @@ pub struct LimitsConfig {
     pub requests_per_second: u32,
 }
 
+fn default_max_prefetch_bytes() -> u64 {
+    256 << 20
+}
 fn default_max_streams_per_job() -> usize {
     64
 }
@@ -287,6 +293,7 @@ impl Default for LimitsConfig {
             max_batch_bytes: default_max_batch_bytes(),
             max_streams: default_max_streams(),
             stream_queue_batches: default_queue(),
+            max_prefetch_bytes: default_max_prefetch_bytes(),
             max_streams_per_token: default_max_streams(),
             max_streams_per_job: default_max_streams_per_job(),
             requests_per_second: default_rps(),

@@ -21,6 +21,7 @@ use crate::cog::{ReadError, TiffError};
 use crate::config::LimitsConfig;
 use crate::error::{Error, ErrorCode};
 use crate::metrics::Metrics;
+use crate::pipeline::lookahead::Depth;
 use crate::pipeline::transform::{OutType, Transform};
 use crate::pipeline::{self, BatchOut, QueueObserver, StreamJob, TensorOut, patch};
 use crate::sampler::{Plan, PlanSpec, SamplerKind, SceneGrid, Share, WindowSpec};
@@ -323,8 +324,16 @@ impl FeedService {
             )));
         }
         let bands = Self::bands(&ds, &r.bands)?;
-        let sample_bytes = bands.len() as u64 * (r.patch_size as u64).pow(2) * out.size(ds.dtype) as u64;
-        let batch_bytes = sample_bytes * r.batch_size as u64;
+        // Checked: whatever the limits in the config, a product never wraps around.
+        let batch_bytes = [
+            r.patch_size as u64,
+            r.patch_size as u64,
+            out.size(ds.dtype) as u64,
+            r.batch_size as u64,
+        ]
+        .iter()
+        .try_fold(bands.len() as u64, |acc, &x| acc.checked_mul(x))
+        .unwrap_or(u64::MAX);
         if batch_bytes > self.limits.max_batch_bytes {
             return Err(invalid(format!(
                 "a batch would hold {batch_bytes} bytes, over the limit of {}",
@@ -377,11 +386,19 @@ impl FeedService {
                 })
                 .collect()
         });
-        // Enough samples in flight to hide store latency: two batches, within bounds.
+        // Samples in flight: by Little's law from measured latency and consumption (at least
+        // two batches), or the client's explicit choice; either way within the per-stream
+        // memory budget.
+        let sample_bytes = (batch_bytes / u64::from(r.batch_size.max(1))).max(1);
+        let floor = (2 * r.batch_size as usize).clamp(16, 256);
+        let ceiling = ((self.limits.max_prefetch_bytes / sample_bytes) as usize).clamp(floor, 4096);
         let prefetch = if r.prefetch > 0 {
-            r.prefetch as usize
+            Depth::Fixed((r.prefetch as usize).min(ceiling))
         } else {
-            (2 * r.batch_size as usize).clamp(16, 256)
+            Depth::Adaptive {
+                min: floor,
+                max: ceiling,
+            }
         };
         Ok(StreamJob {
             dataset: ds,

@@ -1,19 +1,19 @@
 //! The batch pipeline of one stream: plan → tiles (shared cache) → patches → transform →
 //! batch → bounded queue.
 //!
-//! Samples are loaded with an ordered, bounded look-ahead (`buffered`), so concurrency never
-//! changes what a client receives; stitching and transforms run on the CPU pool; the queue
+//! Samples are loaded with an ordered, bounded look-ahead sized by Little's law
+//! ([`lookahead`]), so concurrency never changes what a client receives; stitching and transforms run on the CPU pool; the queue
 //! towards the client holds at most `queue` batches, so a slow client never grows server
 //! memory beyond it. When the client goes away the queue closes and the task ends, dropping
 //! everything in flight.
 
+pub mod lookahead;
 pub mod patch;
 pub mod transform;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::cache::TileCache;
@@ -56,7 +56,7 @@ pub struct StreamJob {
     pub transform: Transform,
     pub max_batches: u64,
     /// Samples loaded ahead of the one being batched.
-    pub prefetch: usize,
+    pub prefetch: lookahead::Depth,
     /// Stage timings go here when set.
     pub metrics: Option<Arc<Metrics>>,
     /// Becomes true when the daemon shuts down: the stream ends with UNAVAILABLE.
@@ -188,11 +188,12 @@ pub async fn run(
     let batches = job.batch_count();
     let b = job.share.batch as usize;
     let samples = (0..batches).flat_map(|k| job.share.samples(k));
-    let job_ref = &job;
-    let cache_ref = &cache;
-    let mut loaded = futures::stream::iter(samples)
-        .map(|i| load_sample(job_ref, cache_ref, i))
-        .buffered(job.prefetch.max(1));
+    let shared = Arc::new((job.clone(), cache.clone()));
+    let loads = samples.map(move |i| {
+        let shared = shared.clone();
+        async move { load_sample(&shared.0, &shared.1, i).await }
+    });
+    let mut loaded = lookahead::Lookahead::new(loads, job.prefetch);
     let ds = &job.dataset;
     let out = job.transform.out;
     let (c, p) = (job.bands.len() as i64, job.plan.window(0).width as i64);
@@ -223,6 +224,15 @@ pub async fn run(
                 },
                 None => loaded.next().await,
             };
+            // A load task that panicked (a bug) ends the stream with an internal error.
+            let next = next.map(|r| {
+                r.unwrap_or_else(|e| {
+                    Err(Error::Io {
+                        context: "sample load".into(),
+                        source: std::io::Error::other(e.to_string()),
+                    })
+                })
+            });
             let sample = match next {
                 Some(Ok(s)) => s,
                 Some(Err(e)) => {
