@@ -12,6 +12,8 @@ Owns one measurement of that method. What it does, as in the paper's code
   block of the tile grid and a random offset that keeps the window inside that block
   (windows larger than a block start on a block corner);
 - `num_threads` > 1 reads the items of a sampler chunk on a thread pool in each worker;
+- without torch (or with PEER_LOADER=pool): a fork `multiprocessing` pool in its place,
+  one batch per task, workers x prefetch batches in flight, numpy float32 batches;
 - persistent workers, `prefetch_factor`, metric = decoded pixels x bytes per stored pixel
   (2 for uint16) / wall time, MB/s.
 
@@ -46,6 +48,20 @@ import time
 
 os.environ.setdefault("GDAL_DISABLE_READDIR_ON_OPEN", "EMPTY_DIR")
 os.environ.setdefault("CPL_VSIL_CURL_ALLOWED_EXTENSIONS", ".tif")
+
+try:
+    import torch  # noqa: F401  (imported before any worker forks, as in a training script)
+
+    HAVE_TORCH = os.environ.get("PEER_LOADER", "torch") == "torch"
+except ImportError:
+    HAVE_TORCH = False
+
+
+def torch_version():
+    import torch
+
+    return torch.__version__
+
 
 PRESETS = {
     "default": dict(workers=4, threads=1, prefetch=2, sampler="random", patch=256),
@@ -87,16 +103,20 @@ class TileDataset:
 
     def load(self, idx):
         import rasterio
-        import torch
         from rasterio.windows import Window
 
         i, y, x, size = idx
         with rasterio.open(self.urls[i]) as f:
             data = f.read(window=Window(x, y, size, size))
-        out = torch.from_numpy(data).float()
-        if self.done is not None:
+        if HAVE_TORCH:
+            import torch
+
+            out = torch.from_numpy(data).float()
             info = torch.utils.data.get_worker_info()
-            slot = info.id if info else 0
+            slot = info.id if info else _POOL_SLOT
+        else:
+            out, slot = data.astype("float32"), _POOL_SLOT
+        if self.done is not None:
             if self.threads > 1:
                 import threading
 
@@ -115,6 +135,63 @@ class TileDataset:
 
             self.pool = ThreadPoolExecutor(self.threads)
         return list(self.pool.map(self.load, idx))
+
+
+_POOL_SLOT = 0
+_POOL_DATASET = None
+
+
+def _pool_init(dataset, next_slot):
+    global _POOL_SLOT, _POOL_DATASET
+    with next_slot.get_lock():
+        _POOL_SLOT = next_slot.value
+        next_slot.value += 1
+    _POOL_DATASET = dataset
+
+
+def _pool_batch(items):
+    import numpy as np
+
+    out = []
+    for item in items:
+        got = _POOL_DATASET[item]
+        out.extend(got if isinstance(got, list) else [got])
+    return np.stack(out)
+
+
+class PoolLoader:
+    """Without torch: a fork pool of `workers` processes; as in a DataLoader, each task is one
+    whole batch, at most workers x prefetch batches are in flight, delivered in order."""
+
+    def __init__(self, dataset, sampler, batch_size, workers, prefetch):
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        self.sampler, self.batch_size, self.inflight = sampler, batch_size, max(1, workers) * prefetch
+        self.pool = ctx.Pool(max(1, workers), initializer=_pool_init, initargs=(dataset, ctx.Value("i", 0)))
+
+    def __iter__(self):
+        import collections
+
+        items = iter(self.sampler)
+        per_task = max(1, self.batch_size // max(1, self.sampler.threads))
+        pending = collections.deque()
+
+        def submit():
+            chunk = [s for _, s in zip(range(per_task), items)]
+            if chunk:
+                pending.append(self.pool.apply_async(_pool_batch, (chunk,)))
+
+        for _ in range(self.inflight):
+            submit()
+        while pending:
+            batch = pending.popleft().get()
+            submit()
+            yield batch
+
+    def close(self):
+        self.pool.terminate()
+        self.pool.join()
 
 
 class RandomBlockSampler:
@@ -185,17 +262,21 @@ def measure(urls, preset, workers, threads, prefetch, sampler, patch, batch_size
     import multiprocessing
 
     import psutil
-    import torch
-    from torch.utils.data import DataLoader
 
     if sizes is None:
         sizes, block = probe(urls)
     done = multiprocessing.Array("q", max(1, workers), lock=False)
     sampler_obj = RandomBlockSampler(sizes, patch, 10_000_000, block if sampler == "block" else None, threads, seed)
-    loader = DataLoader(TileDataset(urls, threads, done), sampler=sampler_obj, batch_size=batch_size,
-                        num_workers=workers, persistent_workers=workers > 0,
-                        prefetch_factor=prefetch if workers > 0 else None,
-                        collate_fn=flatten_collate if threads > 1 else None)
+    dataset = TileDataset(urls, threads, done)
+    if HAVE_TORCH:
+        from torch.utils.data import DataLoader
+
+        loader = DataLoader(dataset, sampler=sampler_obj, batch_size=batch_size,
+                            num_workers=workers, persistent_workers=workers > 0,
+                            prefetch_factor=prefetch if workers > 0 else None,
+                            collate_fn=flatten_collate if threads > 1 else None)
+    else:
+        loader = PoolLoader(dataset, sampler_obj, batch_size, workers, prefetch)
     me = psutil.Process()
     # The window opens once every worker has read a sample (all started, connections open)
     # and closes --duration seconds later (or at --max-samples delivered). Batches are
@@ -240,8 +321,11 @@ def measure(urls, preset, workers, threads, prefetch, sampler, patch, batch_size
         "first_batch_s": first - start, "window_start_s": win["t0"] - start,
         "cpu_s_per_gb": (win["cpu1"] - win["cpu0"]) / (read_bytes / 1e9) if read_bytes else None,
         "cpu_s": win["cpu1"] - win["cpu0"],
-        "torch": torch.__version__,
+        "loader": "torch DataLoader " + torch_version() if HAVE_TORCH else "multiprocessing pool",
     }
+    if not HAVE_TORCH:
+        loader.close()
+        return out
     it = getattr(loader, "_iterator", None)
     if getattr(it, "_worker_pids_set", False):  # workers ending is expected from now on
         from torch.utils.data._utils import signal_handling

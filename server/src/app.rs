@@ -45,6 +45,8 @@ pub struct App {
     pub jobs: Arc<JobSlots>,
     /// TLS for the gRPC listener, when configured.
     pub tls: Option<Arc<tls::Reloading>>,
+    /// Look-ahead of all streams beyond their floors.
+    pub prefetch_budget: crate::pipeline::lookahead::Budget,
 }
 
 impl App {
@@ -96,6 +98,7 @@ impl App {
             auth,
             jobs,
             tls,
+            prefetch_budget: crate::pipeline::lookahead::Budget::new(config.limits.prefetch_budget_bytes),
             config,
         })
     }
@@ -111,6 +114,7 @@ impl App {
             shutdown: self.shutdown.subscribe(),
             auth: self.auth.clone(),
             jobs: self.jobs.clone(),
+            prefetch_budget: self.prefetch_budget.clone(),
         }
     }
 

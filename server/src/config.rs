@@ -247,6 +247,9 @@ pub struct LimitsConfig {
     /// Bytes of samples one stream may load ahead (the self-tuned look-ahead's ceiling).
     #[serde(default = "default_max_prefetch_bytes")]
     pub max_prefetch_bytes: u64,
+    /// Bytes all streams together may load ahead beyond their floor of two batches.
+    #[serde(default = "default_prefetch_budget")]
+    pub prefetch_budget_bytes: u64,
     /// Concurrent streams per token (anonymous callers share one allowance).
     #[serde(default = "default_max_streams")]
     pub max_streams_per_token: usize,
@@ -259,6 +262,9 @@ pub struct LimitsConfig {
     pub requests_per_second: u32,
 }
 
+fn default_prefetch_budget() -> u64 {
+    512 << 20
+}
 fn default_max_prefetch_bytes() -> u64 {
     256 << 20
 }
@@ -294,6 +300,7 @@ impl Default for LimitsConfig {
             max_streams: default_max_streams(),
             stream_queue_batches: default_queue(),
             max_prefetch_bytes: default_max_prefetch_bytes(),
+            prefetch_budget_bytes: default_prefetch_budget(),
             max_streams_per_token: default_max_streams(),
             max_streams_per_job: default_max_streams_per_job(),
             requests_per_second: default_rps(),

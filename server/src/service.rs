@@ -21,7 +21,7 @@ use crate::cog::{ReadError, TiffError};
 use crate::config::LimitsConfig;
 use crate::error::{Error, ErrorCode};
 use crate::metrics::Metrics;
-use crate::pipeline::lookahead::Depth;
+use crate::pipeline::lookahead::{Budget, Depth};
 use crate::pipeline::transform::{OutType, Transform};
 use crate::pipeline::{self, BatchOut, QueueObserver, StreamJob, TensorOut, patch};
 use crate::sampler::{Plan, PlanSpec, SamplerKind, SceneGrid, Share, WindowSpec};
@@ -59,6 +59,8 @@ pub struct FeedService {
     pub auth: Arc<Auth>,
     /// Concurrent streams per job name.
     pub jobs: Arc<JobSlots>,
+    /// Look-ahead of all streams beyond their floors.
+    pub prefetch_budget: Budget,
 }
 
 /// Queue depth of one stream, added into its job's gauge. After the stream closes, late
@@ -416,6 +418,7 @@ impl FeedService {
             prefetch,
             metrics: None,
             shutdown: Some(self.shutdown.clone()),
+            budget: Some((self.prefetch_budget.clone(), sample_bytes)),
         })
     }
 }

@@ -6,8 +6,8 @@
 Starts `cogfeed serve` on the demo data with a 256 MiB tile cache, opens the streams from
 threads (fast ones read as fast as they can, slow ones sleep 0.5 s per batch), samples the
 daemon's RSS every 0.2 s, and prints peak RSS against the bound it should respect:
-cache capacity + streams x (queue + 6) batches + base RSS + 64 MiB (see the per-stream
-accounting below). Also reports the fast streams' throughput alone (the fast half, nobody
+cache capacity + streams x (queue + 6) batches + the look-ahead budget (512 MiB, shared)
++ base RSS + 64 MiB (see the per-stream accounting below). Also reports the fast streams' throughput alone (the fast half, nobody
 else) and beside the slow half; slow streams still cost the daemon 2 batches/s each.
 """
 import argparse
@@ -116,13 +116,14 @@ labels = "{tmp / 'demo'}/labels/{{stem}}.tif"
     per_stream_batches = a.queue + 1 + 1 + 2 + 2
     per_stream = per_stream_batches * batch_bytes
     fixed = 64 << 20
-    bound = (256 << 20) + a.streams * per_stream + base + fixed
+    budget = 512 << 20  # [limits] prefetch_budget_bytes: look-ahead beyond the floors, all streams
+    bound = (256 << 20) + a.streams * per_stream + budget + base + fixed
     print(json.dumps({
         "streams": a.streams, "seconds": a.seconds, "base_rss_mb": round(base / 2**20),
         "peak_rss_mb": round(peak / 2**20), "bound_mb": round(bound / 2**20),
         "per_stream_batches": per_stream_batches, "per_stream_bound_mb": round(per_stream / 2**20, 1),
-        "allowed_overhead_mb": fixed >> 20,
-        "overhead_above_cache_and_streams_mb": round((peak - (256 << 20) - a.streams * per_stream) / 2**20),
+        "prefetch_budget_mb": budget >> 20, "allowed_overhead_mb": fixed >> 20,
+        "above_cache_and_streams_mb": round((peak - (256 << 20) - a.streams * per_stream) / 2**20),
         "within_bound": peak <= bound,
         f"fast_{half}_streams_alone_mb_per_s": round(fast_only),
         f"fast_{half}_streams_beside_{a.streams - half}_slow_mb_per_s": round(fast_loaded),

@@ -17,6 +17,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 
@@ -36,19 +39,47 @@ pub enum Depth {
     Adaptive { min: usize, max: usize },
 }
 
-/// A spawned load, aborted when dropped (the stream went away).
-struct Load<T>(JoinHandle<(T, Duration)>);
+/// Look-ahead beyond the floors of all streams together, in KiB: a saturated CPU makes
+/// every load slow and every stream want to look further ahead, which would only hold more
+/// memory; the budget bounds that.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    kib: Arc<Semaphore>,
+}
+
+impl Budget {
+    pub fn new(bytes: u64) -> Self {
+        let kib = usize::try_from(bytes / 1024)
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS);
+        Self {
+            kib: Arc::new(Semaphore::new(kib)),
+        }
+    }
+
+    /// KiB of the budget not in use now.
+    pub fn available_bytes(&self) -> u64 {
+        self.kib.available_permits() as u64 * 1024
+    }
+}
+
+/// A spawned load, aborted when dropped (the stream went away), holding its share of the
+/// budget until its output is taken.
+struct Load<T> {
+    task: JoinHandle<(T, Duration)>,
+    _budget: Option<OwnedSemaphorePermit>,
+}
 
 impl<T> Future for Load<T> {
     type Output = Result<(T, Duration), JoinError>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx)
+        Pin::new(&mut self.task).poll(cx)
     }
 }
 
 impl<T> Drop for Load<T> {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }
 
@@ -65,6 +96,8 @@ pub struct Lookahead<I, T> {
     interval: Option<f64>,
     last_pull: Option<Instant>,
     deepest: usize,
+    /// The shared budget and one sample's size in KiB, for loads beyond the floor.
+    budget: Option<(Budget, u32)>,
 }
 
 impl<I, F, T> Lookahead<I, T>
@@ -87,7 +120,16 @@ where
             interval: None,
             last_pull: None,
             deepest: target,
+            budget: None,
         }
+    }
+
+    /// Loads beyond the floor take `sample_bytes` each from `budget` while they are in flight;
+    /// none are started when it is spent.
+    pub fn with_budget(mut self, budget: Budget, sample_bytes: u64) -> Self {
+        let kib = u32::try_from(sample_bytes.div_ceil(1024)).unwrap_or(u32::MAX).max(1);
+        self.budget = Some((budget, kib));
+        self
     }
 
     /// Loads in flight wanted now.
@@ -110,13 +152,25 @@ where
             });
         }
         self.retarget();
+        let floor = match self.depth {
+            Depth::Fixed(n) => n,
+            Depth::Adaptive { min, .. } => min,
+        };
         while self.pending.len() < self.target {
+            let permit = match &self.budget {
+                Some((b, kib)) if self.pending.len() >= floor => match b.kib.clone().try_acquire_many_owned(*kib) {
+                    Ok(p) => Some(p),
+                    Err(_) => break,
+                },
+                _ => None,
+            };
             let Some(load) = self.loads.next() else { break };
-            self.pending.push_back(Load(tokio::spawn(async move {
+            let task = tokio::spawn(async move {
                 let start = Instant::now();
                 let out = load.await;
                 (out, start.elapsed())
-            })));
+            });
+            self.pending.push_back(Load { task, _budget: permit });
         }
         let out = match self.pending.next().await? {
             Ok((out, took)) => {
@@ -178,6 +232,27 @@ mod tests {
         // Nearly consumer-bound: 2000 samples at 1 ms each plus a few round trips.
         let took = start.elapsed();
         assert!(took < Duration::from_millis(2000 + 1500), "{took:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_shared_budget_caps_depth_beyond_the_floor() {
+        // Room for 10 samples of 1 MiB beyond the floor of 8.
+        let budget = Budget::new(10 << 20);
+        let mut la = Lookahead::new(
+            loads(500, Duration::from_millis(100)),
+            Depth::Adaptive { min: 8, max: 512 },
+        )
+        .with_budget(budget.clone(), 1 << 20);
+        let mut most_in_use = 0;
+        while let Some(i) = la.next().await {
+            i.unwrap();
+            most_in_use = most_in_use.max((10 << 20) - budget.available_bytes());
+            assert!(la.pending.len() <= 18, "{} in flight", la.pending.len());
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(most_in_use, 10 << 20);
+        drop(la);
+        assert_eq!(budget.available_bytes(), 10 << 20, "budget returned");
     }
 
     #[tokio::test(start_paused = true)]

@@ -61,6 +61,8 @@ pub struct StreamJob {
     pub metrics: Option<Arc<Metrics>>,
     /// Becomes true when the daemon shuts down: the stream ends with UNAVAILABLE.
     pub shutdown: Option<tokio::sync::watch::Receiver<bool>>,
+    /// The daemon-wide look-ahead budget and one sample's size in bytes.
+    pub budget: Option<(lookahead::Budget, u64)>,
 }
 
 impl StreamJob {
@@ -194,6 +196,9 @@ pub async fn run(
         async move { load_sample(&shared.0, &shared.1, i).await }
     });
     let mut loaded = lookahead::Lookahead::new(loads, job.prefetch);
+    if let Some((budget, sample_bytes)) = &job.budget {
+        loaded = loaded.with_budget(budget.clone(), *sample_bytes);
+    }
     let ds = &job.dataset;
     let out = job.transform.out;
     let (c, p) = (job.bands.len() as i64, job.plan.window(0).width as i64);
