@@ -1,4 +1,5 @@
-//! Generates the `cogfeed.v1` messages and service from `cogfeed/v1/feed.proto` with a
+//! Generates the `cogfeed.v1` messages and services from `cogfeed/v1/feed.proto` (Feed)
+//! and `cogfeed/v1/peer.proto` (Peer, between replicas) with a
 //! vendored `protoc` (no system install needed). `bytes` fields are `bytes::Bytes`, so
 //! tensors are sent and received without copying.
 
@@ -10,7 +11,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.bytes(["."]);
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("cogfeed_v1_descriptor.bin"))
-        .compile_with_config(config, &["cogfeed/v1/feed.proto"], &["."])?;
+        .compile_with_config(config, &["cogfeed/v1/feed.proto", "cogfeed/v1/peer.proto"], &["."])?;
     println!("cargo:rerun-if-changed=cogfeed/v1/feed.proto");
+    println!("cargo:rerun-if-changed=cogfeed/v1/peer.proto");
     Ok(())
 }

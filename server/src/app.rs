@@ -14,6 +14,8 @@ use cogfeed_proto::v1::feed_server::FeedServer;
 use crate::auth::{Auth, JobSlots};
 use crate::cache::{HeaderCache, TileCache};
 use crate::catalog::Catalog;
+use crate::cluster::Cluster;
+use crate::cluster::service::PeerService;
 use crate::cog::OpenOptions;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -45,6 +47,8 @@ pub struct App {
     pub jobs: Arc<JobSlots>,
     /// TLS for the gRPC listener, when configured.
     pub tls: Option<Arc<tls::Reloading>>,
+    /// The fleet this replica belongs to, when configured.
+    pub cluster: Option<Arc<Cluster>>,
     /// Look-ahead of all streams beyond their floors.
     pub prefetch_budget: crate::pipeline::lookahead::Budget,
 }
@@ -81,6 +85,19 @@ impl App {
             Some(t) => Some(tls::Reloading::new(t.clone())?),
             None => None,
         };
+        let mut cache = TileCache::with_metrics(config.cache.capacity_bytes, Some(metrics.clone()));
+        let cluster = match &config.cluster {
+            Some(c) => {
+                let cluster = Cluster::new(c, Some(metrics.clone()))?;
+                if let Some(dns) = &c.peers_dns {
+                    cluster.watch_dns(dns.clone(), Duration::from_secs_f64(c.refresh_secs));
+                }
+                let near = c.near_cache_bytes.unwrap_or(config.cache.capacity_bytes / 8);
+                cache = cache.with_cluster(cluster.clone(), near);
+                Some(cluster)
+            }
+            None => None,
+        };
         let headers = HeaderCache::new(config.cache.header_entries);
         let options = OpenOptions {
             prefix_bytes: s.header_prefix_bytes.max(16),
@@ -89,7 +106,7 @@ impl App {
         let catalog = Arc::new(Catalog::build(&config.datasets, stores.clone(), headers.clone(), options).await?);
         Ok(Self {
             catalog,
-            cache: TileCache::with_metrics(config.cache.capacity_bytes, Some(metrics.clone())),
+            cache,
             headers,
             stores,
             streams: Arc::new(Semaphore::new(config.limits.max_streams)),
@@ -98,6 +115,7 @@ impl App {
             auth,
             jobs,
             tls,
+            cluster,
             prefetch_budget: crate::pipeline::lookahead::Budget::new(config.limits.prefetch_budget_bytes),
             config,
         })
@@ -204,6 +222,17 @@ impl App {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             self.auth.interceptor(),
         );
+        let peer = tonic::service::interceptor::InterceptedService::new(
+            cogfeed_proto::v1::peer_server::PeerServer::new(PeerService {
+                catalog: self.catalog.clone(),
+                cache: self.cache.clone(),
+                auth: self.auth.clone(),
+                metrics: self.metrics.clone(),
+            })
+            .max_decoding_message_size(1 << 20)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            self.auth.interceptor(),
+        );
         let stop = self.shutdown.clone();
         let metrics = self.metrics.clone();
         let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
@@ -221,7 +250,8 @@ impl App {
             .tcp_nodelay(true)
             .add_service(health)
             .add_service(reflection)
-            .add_service(feed);
+            .add_service(feed)
+            .add_service(peer);
         let server: std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send + '_>> =
             match &self.tls {
                 Some(t) => {

@@ -67,6 +67,11 @@ impl Principal {
         }
     }
 
+    /// Whether this caller may read every dataset (a replica's or an admin's token).
+    pub fn may_read_all(&self) -> bool {
+        matches!(self.inner.scope, Scope::All)
+    }
+
     /// `Ok` when this caller may read `dataset`, else PERMISSION_DENIED naming both.
     pub fn check(&self, dataset: &str) -> Result<()> {
         if self.may_read(dataset) {

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::cluster::{Cluster, Owner};
 use crate::cog::{Cog, TiffError, TiffResult};
 use crate::metrics::{Metrics, Timer};
 
@@ -41,6 +42,8 @@ pub struct TileCache {
     cache: moka::future::Cache<TileKey, Tile>,
     stats: Arc<CacheStats>,
     metrics: Option<Arc<Metrics>>,
+    /// In a fleet: tiles other replicas own go to `near`, fetched from their owner.
+    fleet: Option<(Arc<Cluster>, moka::future::Cache<TileKey, Tile>)>,
 }
 
 impl std::fmt::Debug for TileCache {
@@ -76,7 +79,20 @@ impl TileCache {
             cache: builder.build(),
             stats: Arc::new(CacheStats::default()),
             metrics,
+            fleet: None,
         }
+    }
+
+    /// Joins a fleet: tiles owned by other members are asked from them and kept in a near
+    /// cache of `near_bytes`, so this replica's main cache holds only what it owns and the
+    /// fleet caches each tile once.
+    pub fn with_cluster(mut self, cluster: Arc<Cluster>, near_bytes: u64) -> Self {
+        let near = moka::future::Cache::builder()
+            .max_capacity((near_bytes / 1024).max(1))
+            .weigher(|_k: &TileKey, v: &Tile| (v.len() / 1024).clamp(1, u32::MAX as usize) as u32)
+            .build();
+        self.fleet = Some((cluster, near));
+        self
     }
 
     /// Counters.
@@ -89,8 +105,122 @@ impl TileCache {
         self.cache.weighted_size()
     }
 
-    /// Block `block` of `level` of `cog`, from the cache or loaded once.
+    /// Block `block` of `level` of `cog`, from the cache or loaded once (in a fleet: from
+    /// its owner, or from the store when this replica owns it or the owner is gone).
     pub async fn get(
+        &self,
+        cog: &Cog,
+        version: &Arc<str>,
+        object: &Arc<str>,
+        level: usize,
+        block: usize,
+    ) -> TiffResult<Tile> {
+        if let Some((cluster, near)) = &self.fleet {
+            let key = TileKey {
+                object: object.clone(),
+                version: version.clone(),
+                level: level as u32,
+                block: block as u32,
+            };
+            if let Owner::Peer(peer) = cluster.owner(&key) {
+                return self.get_near(cluster, near, peer, cog, key).await;
+            }
+        }
+        self.get_local(cog, version, object, level, block).await
+    }
+
+    /// A tile another replica owns: near cache, else its owner (single-flight), else, when
+    /// the owner fails, the next owner or the store.
+    async fn get_near(
+        &self,
+        cluster: &Arc<Cluster>,
+        near: &moka::future::Cache<TileKey, Tile>,
+        peer: String,
+        cog: &Cog,
+        key: TileKey,
+    ) -> TiffResult<Tile> {
+        if let Some(tile) = near.get(&key).await {
+            self.hit();
+            return Ok(tile);
+        }
+        let loaded = AtomicBool::new(false);
+        let (level, block) = (key.level as usize, key.block as usize);
+        let result = near
+            .try_get_with(key.clone(), async {
+                loaded.store(true, Ordering::Relaxed);
+                let mut owner = peer;
+                // The owner, then (if it failed and was skipped) the next owner, then ourselves.
+                for _ in 0..2 {
+                    match cluster.fetch(&owner, &key).await {
+                        Ok(tile) => {
+                            self.loaded_from("peer");
+                            return Ok(tile);
+                        }
+                        Err(e) => {
+                            tracing::debug!(peer = %owner, error = %e, "peer tile request failed");
+                            match cluster.owner(&key) {
+                                Owner::Peer(next) if next != owner => owner = next,
+                                _ => break,
+                            }
+                        }
+                    }
+                }
+                self.load(cog, level, block).await
+            })
+            .await
+            .map_err(|e: Arc<TiffError>| (*e).clone());
+        self.miss_or_wait(loaded.load(Ordering::Relaxed));
+        result
+    }
+
+    fn hit(&self) {
+        self.stats.hits.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = &self.metrics {
+            m.cache_hits.inc();
+        }
+    }
+
+    fn loaded_from(&self, source: &str) {
+        if let Some(m) = &self.metrics {
+            m.tiles_loaded.with_label_values(&[source]).inc();
+        }
+    }
+
+    fn miss_or_wait(&self, miss: bool) {
+        if miss {
+            self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(m) = &self.metrics {
+            if miss {
+                m.cache_misses.inc();
+                m.cache_size_bytes.set((self.cache.weighted_size() * 1024) as i64);
+            } else {
+                m.cache_coalesced.inc();
+            }
+        }
+    }
+
+    /// Fetches and decodes one block from the store.
+    async fn load(&self, cog: &Cog, level: usize, block: usize) -> TiffResult<Tile> {
+        let raw = cog.fetch_blocks(level, &[block]).await?;
+        let timer = self.metrics.as_ref().map(|m| {
+            let codec = cog.level(level).map(|l| l.compression.name()).unwrap_or_default();
+            Timer::start(&m.decode_seconds.with_label_values(&[codec.as_str()]))
+        });
+        let mut decoded = cog.decode_blocks(level, vec![block], raw).await?;
+        drop(timer);
+        self.loaded_from("store");
+        let tile = decoded
+            .pop()
+            .ok_or_else(|| TiffError::Internal("no block decoded".into()))?;
+        Ok(Arc::new(tile))
+    }
+
+    /// Block `block` of `level` of `cog` from this replica's main cache, loaded from the
+    /// store once; never asks a peer (what an owner does).
+    pub async fn get_local(
         &self,
         cog: &Cog,
         version: &Arc<str>,
@@ -105,10 +235,7 @@ impl TileCache {
             block: block as u32,
         };
         if let Some(tile) = self.cache.get(&key).await {
-            self.stats.hits.fetch_add(1, Ordering::Relaxed);
-            if let Some(m) = &self.metrics {
-                m.cache_hits.inc();
-            }
+            self.hit();
             return Ok(tile);
         }
         let loaded = AtomicBool::new(false);
@@ -116,34 +243,11 @@ impl TileCache {
             .cache
             .try_get_with(key, async {
                 loaded.store(true, Ordering::Relaxed);
-                let raw = cog.fetch_blocks(level, &[block]).await?;
-                let timer = self.metrics.as_ref().map(|m| {
-                    let codec = cog.level(level).map(|l| l.compression.name()).unwrap_or_default();
-                    Timer::start(&m.decode_seconds.with_label_values(&[codec.as_str()]))
-                });
-                let mut decoded = cog.decode_blocks(level, vec![block], raw).await?;
-                drop(timer);
-                let tile = decoded
-                    .pop()
-                    .ok_or_else(|| TiffError::Internal("no block decoded".into()))?;
-                Ok::<_, TiffError>(Arc::new(tile))
+                self.load(cog, level, block).await
             })
             .await
             .map_err(|e: Arc<TiffError>| (*e).clone());
-        let miss = loaded.load(Ordering::Relaxed);
-        if miss {
-            self.stats.misses.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.stats.coalesced.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(m) = &self.metrics {
-            if miss {
-                m.cache_misses.inc();
-                m.cache_size_bytes.set((self.cache.weighted_size() * 1024) as i64);
-            } else {
-                m.cache_coalesced.inc();
-            }
-        }
+        self.miss_or_wait(loaded.load(Ordering::Relaxed));
         result
     }
 }

@@ -297,6 +297,24 @@ impl Catalog {
     }
 
     /// The dataset called `name`.
+    /// The opened object `url` (a scene or a label of any dataset) with its URL and version.
+    pub fn object(&self, url: &str) -> Option<(crate::cog::Cog, Arc<str>, Arc<str>)> {
+        let datasets = self.datasets.read().ok()?;
+        for d in datasets.values() {
+            for s in &d.scenes {
+                if &*s.url == url {
+                    return Some((s.cog.clone(), s.url.clone(), s.version.clone()));
+                }
+                if let Some(l) = &s.label
+                    && &*l.url == url
+                {
+                    return Some((l.cog.clone(), l.url.clone(), l.version.clone()));
+                }
+            }
+        }
+        None
+    }
+
     pub fn get(&self, name: &str) -> Option<Arc<Dataset>> {
         self.datasets.read().ok()?.get(name).cloned()
     }

@@ -26,6 +26,51 @@ pub struct Config {
     pub auth: AuthConfig,
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    #[serde(default)]
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// `[cluster]`: replicas that share one cache by tile ownership (rendezvous hashing).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This replica's address as its peers reach it (`host:port`); `COGFEED_CLUSTER_SELF`
+    /// overrides it (e.g. `$(POD_IP):50051` on Kubernetes).
+    #[serde(rename = "self")]
+    pub self_addr: String,
+    /// Every replica, this one included.
+    #[serde(default)]
+    pub peers: Vec<String>,
+    /// Or: a DNS name (`name:port`) whose addresses are the replicas, re-resolved every
+    /// `refresh_secs` (a headless Service of a StatefulSet).
+    #[serde(default)]
+    pub peers_dns: Option<String>,
+    #[serde(default = "default_refresh")]
+    pub refresh_secs: f64,
+    /// Deadline of one peer call.
+    #[serde(default = "default_peer_timeout")]
+    pub peer_timeout_ms: u64,
+    /// A peer that failed is skipped for this long.
+    #[serde(default = "default_peer_cooldown")]
+    pub peer_cooldown_secs: f64,
+    /// Tiles owned by other replicas are kept here, beside the main cache (default: an
+    /// eighth of `cache.capacity_bytes`).
+    #[serde(default)]
+    pub near_cache_bytes: Option<u64>,
+    /// Token this replica presents to its peers when they require one (a token of theirs
+    /// with `datasets = ["*"]`).
+    #[serde(default)]
+    pub peer_token: Option<Secret>,
+}
+
+fn default_refresh() -> f64 {
+    5.0
+}
+fn default_peer_timeout() -> u64 {
+    2000
+}
+fn default_peer_cooldown() -> f64 {
+    10.0
 }
 
 /// A credential from the config: shown as `<redacted>` by `Debug` and when the config is
@@ -385,6 +430,23 @@ impl Config {
             return bad("limits.requests_per_second must be at least 1".into());
         }
         self.validate_auth()?;
+        if let Some(c) = &self.cluster {
+            if c.peers.is_empty() == c.peers_dns.is_none() {
+                return bad("cluster: give exactly one of peers, peers_dns".into());
+            }
+            if !c.peers.is_empty() && !c.peers.contains(&c.self_addr) {
+                return bad(format!("cluster: self {:?} is not in peers", c.self_addr));
+            }
+            if !(c.refresh_secs.is_finite() && c.refresh_secs > 0.0)
+                || !(c.peer_cooldown_secs.is_finite() && c.peer_cooldown_secs >= 0.0)
+                || c.peer_timeout_ms == 0
+            {
+                return bad("cluster: refresh_secs, peer_timeout_ms must be positive".into());
+            }
+            if self.tls.is_some() {
+                return bad("cluster with [tls] is not supported yet: peers talk plain gRPC".into());
+            }
+        }
         let mut names = std::collections::HashSet::new();
         for d in &self.datasets {
             if d.name.is_empty() || !d.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {

@@ -10,6 +10,7 @@ pub mod app;
 pub mod auth;
 pub mod cache;
 pub mod catalog;
+pub mod cluster;
 pub mod cog;
 pub mod config;
 pub mod demo;

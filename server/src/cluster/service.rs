@@ -1,0 +1,93 @@
+//! The `cogfeed.v1.Peer` service: tiles for other replicas. Only objects in this replica's
+//! catalog are served, at the version the requester read; the tile comes from the main
+//! cache (fetched from the store once for the whole fleet). When auth is on, the caller
+//! must hold a token for every dataset (`["*"]`), i.e. be a replica.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tonic::{Request, Response, Status};
+
+use cogfeed_proto::v1 as pb;
+use pb::peer_server::Peer;
+
+use crate::auth::{Auth, Principal};
+use crate::cache::{Tile, TileCache};
+use crate::catalog::Catalog;
+use crate::error::Error;
+use crate::metrics::Metrics;
+
+/// Serves tiles this replica owns (or can read) to its peers.
+#[derive(Debug)]
+pub struct PeerService {
+    pub catalog: Arc<Catalog>,
+    pub cache: TileCache,
+    pub auth: Arc<Auth>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// A tile's bytes sent without a copy.
+struct TileBytes(Tile);
+
+impl AsRef<[u8]> for TileBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}
+
+#[tonic::async_trait]
+impl Peer for PeerService {
+    async fn get_tile(&self, r: Request<pb::TileRequest>) -> Result<Response<pb::TileReply>, Status> {
+        let caller = match r.extensions().get::<Principal>() {
+            Some(p) => p.clone(),
+            None => self.auth.authenticate(None).map_err(|e| crate::service::status(&e))?,
+        };
+        if self.auth.required() && !caller.may_read_all() {
+            return Err(crate::service::status(&Error::PermissionDenied(format!(
+                "{} is not a replica (peer calls need a token for every dataset)",
+                caller.name()
+            ))));
+        }
+        let peer = r
+            .remote_addr()
+            .map(|a| a.ip().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let t = r.into_inner();
+        let count = |result: &str| {
+            self.metrics
+                .peer_requests
+                .with_label_values(&[peer.as_str(), "in", result])
+                .inc()
+        };
+        let Some((cog, url, version)) = self.catalog.object(&t.object) else {
+            count("not_found");
+            return Err(Status::not_found(format!(
+                "object {} is not in this replica's catalog",
+                t.object
+            )));
+        };
+        if *version != *t.version {
+            count("stale");
+            return Err(Status::failed_precondition(format!(
+                "object {} is at version {version} here, {} was asked for",
+                t.object, t.version
+            )));
+        }
+        let tile = self
+            .cache
+            .get_local(&cog, &version, &url, t.level as usize, t.block as usize)
+            .await
+            .map_err(|e| {
+                count("error");
+                crate::service::status(&Error::tiff(url.as_ref(), e))
+            })?;
+        count("ok");
+        self.metrics
+            .peer_bytes
+            .with_label_values(&[peer.as_str(), "out"])
+            .inc_by(tile.len() as u64);
+        Ok(Response::new(pb::TileReply {
+            data: Bytes::from_owner(TileBytes(tile)),
+        }))
+    }
+}
