@@ -191,14 +191,45 @@ impl tonic::service::Interceptor for Bearer {
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: FeedClient<InterceptedService<Channel, Bearer>>,
+    /// The replica this client is connected to.
     addr: String,
+    /// Every replica it may use (one entry without a fleet).
+    addrs: Vec<String>,
     options: ConnectOptions,
+}
+
+/// The replicas named by `spec`: a comma-separated list, or one DNS name whose addresses
+/// are the replicas (e.g. a Kubernetes headless Service).
+pub async fn resolve_replicas(spec: &str) -> Vec<String> {
+    let list: Vec<String> = spec
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    if list.len() != 1 || list[0].contains("://") {
+        return list;
+    }
+    let one = list[0].clone();
+    if one.parse::<std::net::SocketAddr>().is_ok() {
+        return list;
+    }
+    let found: Vec<String> = match tokio::net::lookup_host(one.as_str()).await {
+        Ok(addrs) => addrs.filter(|a| a.is_ipv4()).map(|a| a.to_string()).collect(),
+        Err(_) => Vec::new(),
+    };
+    let mut found = found;
+    found.sort();
+    found.dedup();
+    if found.len() > 1 { found } else { list }
 }
 
 /// True for errors worth reconnecting after.
 fn is_unavailable(e: &ClientError) -> bool {
     match e {
-        ClientError::Status(s) => s.code() == tonic::Code::Unavailable,
+        // A status with a source was made on this side from a transport failure (a daemon
+        // killed mid-stream shows up as `Unknown: h2 protocol error`): worth a reconnect.
+        ClientError::Status(s) => s.code() == tonic::Code::Unavailable || std::error::Error::source(s).is_some(),
         ClientError::Connect { .. } => true,
         _ => false,
     }
@@ -224,8 +255,36 @@ impl Client {
         Self::connect_with(addr, ConnectOptions::default()).await
     }
 
-    /// Connects to `addr` with a token and/or TLS.
+    /// Connects with a token and/or TLS to `addr`: one address, a comma-separated list of
+    /// replicas or a DNS name with several addresses; the first replica that answers is
+    /// used for calls, and [`Client::stream_resumable`] spreads ranks over all of them.
     pub async fn connect_with(addr: &str, options: ConnectOptions) -> Result<Self, ClientError> {
+        let addrs = resolve_replicas(addr).await;
+        let mut last = None;
+        for one in &addrs {
+            match Self::connect_one(one, &options).await {
+                Ok(mut c) => {
+                    c.addrs = addrs.clone();
+                    return Ok(c);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| ClientError::Address(addr.to_string())))
+    }
+
+    /// The replica this client is connected to.
+    pub fn address(&self) -> &str {
+        &self.addr
+    }
+
+    /// The replicas this client knows.
+    pub fn replicas(&self) -> &[String] {
+        &self.addrs
+    }
+
+    async fn connect_one(addr: &str, options: &ConnectOptions) -> Result<Self, ClientError> {
+        let options = options.clone();
         let tls = options.tls(addr);
         let url = endpoint_url(addr, tls);
         let mut endpoint = Endpoint::from_shared(url.clone())
@@ -288,6 +347,7 @@ impl Client {
         Ok(Self {
             inner,
             addr: addr.to_string(),
+            addrs: vec![addr.to_string()],
             options,
         })
     }
@@ -332,7 +392,8 @@ impl Client {
         retry_for: Duration,
     ) -> impl futures::Stream<Item = Result<Batch, ClientError>> + use<> {
         struct State {
-            addr: String,
+            addrs: Vec<String>,
+            next: usize,
             options: ConnectOptions,
             request: pb::StreamBatchesRequest,
             stream: Option<futures::stream::BoxStream<'static, Result<Batch, ClientError>>>,
@@ -341,8 +402,11 @@ impl Client {
             retry_for: Duration,
             done: bool,
         }
+        // Rank r starts on replica r mod n and moves to the next one when its replica fails.
+        let n = self.addrs.len().max(1);
         let state = State {
-            addr: self.addr.clone(),
+            addrs: self.addrs.clone(),
+            next: request.rank as usize % n,
             options: self.options.clone(),
             request,
             stream: None,
@@ -360,7 +424,8 @@ impl Client {
                 }
                 if st.stream.is_none() {
                     let attempt = async {
-                        let mut c = Client::connect_with(&st.addr, st.options.clone()).await?;
+                        let addr = st.addrs.get(st.next).cloned().unwrap_or_default();
+                        let mut c = Client::connect_one(&addr, &st.options).await?;
                         c.stream(st.request.clone()).await
                     };
                     match attempt.await {
@@ -374,6 +439,8 @@ impl Client {
                                 st.done = true;
                                 return Some((Err(e), st));
                             }
+                            // Try the next replica (the same one when there is one).
+                            st.next = (st.next + 1) % st.addrs.len().max(1);
                             tokio::time::sleep(backoff).await;
                             backoff = (backoff * 2).min(Duration::from_secs(1));
                             continue;
@@ -402,6 +469,7 @@ impl Client {
                     }
                     Some(Err(e)) if is_unavailable(&e) => {
                         st.stream = None;
+                        st.next = (st.next + 1) % st.addrs.len().max(1);
                         failing_since.get_or_insert_with(std::time::Instant::now);
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(Duration::from_secs(1));

@@ -437,10 +437,9 @@ impl Config {
             if !c.peers.is_empty() && !c.peers.contains(&c.self_addr) {
                 return bad(format!("cluster: self {:?} is not in peers", c.self_addr));
             }
-            if !(c.refresh_secs.is_finite() && c.refresh_secs > 0.0)
-                || !(c.peer_cooldown_secs.is_finite() && c.peer_cooldown_secs >= 0.0)
-                || c.peer_timeout_ms == 0
-            {
+            let positive = c.refresh_secs.is_finite() && c.refresh_secs > 0.0;
+            let cooldown = c.peer_cooldown_secs.is_finite() && c.peer_cooldown_secs >= 0.0;
+            if !positive || !cooldown || c.peer_timeout_ms == 0 {
                 return bad("cluster: refresh_secs, peer_timeout_ms must be positive".into());
             }
             if self.tls.is_some() {

@@ -11,65 +11,21 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cogfeed_client::{Client, pb};
 use cogfeed_server::cog::{Cog, OpenOptions, RangeReader, WindowRequest};
 use cogfeed_server::storage::{Location, ObjectReader, Scheme};
+use common::servers::{Proc, S3_KEY, S3_SECRET, free_port, need, s3_store, start_s3, tools, upload, wait_port};
 use common::{crop, fixtures, read_npy};
 use futures::StreamExt;
+use object_store::ObjectStore;
 use object_store::path::Path as StorePath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
-const S3_KEY: &str = "cogfeedtest";
-const S3_SECRET: &str = "cogfeedtestsecret";
 const AZ_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
-
-fn tools() -> PathBuf {
-    std::env::var_os("COGFEED_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/cogfeed-tools"))
-}
-
-fn need(path: PathBuf) -> PathBuf {
-    assert!(
-        path.exists(),
-        "{} is missing: run `bash .ci/test` once (it installs s3s-fs and Azurite), or set COGFEED_TOOLS",
-        path.display()
-    );
-    path
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_port(port: u16) {
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("nothing listens on port {port}");
-}
-
-/// A child process killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 struct Servers {
     s3_port: u16,
@@ -84,23 +40,7 @@ fn start_servers(containers: &[&str]) -> Servers {
     for c in containers {
         std::fs::create_dir_all(root.path().join(c)).unwrap();
     }
-    let s3_port = free_port();
-    let s3 = Command::new(need(tools().join("bin/s3s-fs")))
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &s3_port.to_string(),
-            "--access-key",
-            S3_KEY,
-            "--secret-key",
-            S3_SECRET,
-        ])
-        .arg(root.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (s3_port, s3) = start_s3(root.path());
     let az_port = free_port();
     let az = Command::new(need(tools().join("azurite/node_modules/.bin/azurite-blob")))
         .args(["--blobHost", "127.0.0.1", "--blobPort", &az_port.to_string()])
@@ -114,8 +54,7 @@ fn start_servers(containers: &[&str]) -> Servers {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let (s3, az) = (Proc(s3), Proc(az));
-    wait_port(s3_port);
+    let az = Proc(az);
     wait_port(az_port);
     let helper = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/azure_container.py");
     for c in containers {
@@ -141,17 +80,7 @@ fn start_servers(containers: &[&str]) -> Servers {
 
 impl Servers {
     fn s3(&self, bucket: &str) -> Arc<dyn ObjectStore> {
-        Arc::new(
-            object_store::aws::AmazonS3Builder::new()
-                .with_endpoint(format!("http://127.0.0.1:{}", self.s3_port))
-                .with_allow_http(true)
-                .with_bucket_name(bucket)
-                .with_region("us-east-1")
-                .with_access_key_id(S3_KEY)
-                .with_secret_access_key(S3_SECRET)
-                .build()
-                .unwrap(),
-        )
+        s3_store(self.s3_port, bucket)
     }
 
     fn azure(&self, container: &str) -> Arc<dyn ObjectStore> {
@@ -179,11 +108,6 @@ impl Servers {
             ("AZURITE_BLOB_STORAGE_URL", format!("http://127.0.0.1:{}", self.az_port)),
         ]
     }
-}
-
-async fn upload(store: &Arc<dyn ObjectStore>, key: &str, file: &Path) {
-    let bytes = std::fs::read(file).unwrap();
-    store.put(&StorePath::from(key), PutPayload::from(bytes)).await.unwrap();
 }
 
 /// The same fixture reads against every backend: the conformance suite of the stores.

@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 #![allow(dead_code)]
 
+pub mod servers;
+
 use std::path::PathBuf;
 
 /// Directory of the committed GDAL fixtures.

@@ -1,0 +1,101 @@
+//! Real servers for the integration tests: processes killed on drop, free ports, and the
+//! S3-compatible `s3s-fs` installed by `.ci/test` into `~/.cache/cogfeed-tools`
+//! (`COGFEED_TOOLS` overrides).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+pub const S3_KEY: &str = "cogfeedtest";
+pub const S3_SECRET: &str = "cogfeedtestsecret";
+
+pub fn tools() -> PathBuf {
+    std::env::var_os("COGFEED_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/cogfeed-tools"))
+}
+
+pub fn need(path: PathBuf) -> PathBuf {
+    assert!(
+        path.exists(),
+        "{} is missing: run `bash .ci/test` once (it installs s3s-fs and Azurite), or set COGFEED_TOOLS",
+        path.display()
+    );
+    path
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn wait_port(port: u16) {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing listens on port {port}");
+}
+
+/// A child process killed when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `s3s-fs` serving `root` (one directory per bucket) on a free port.
+pub fn start_s3(root: &Path) -> (u16, Proc) {
+    let port = free_port();
+    let child = Command::new(need(tools().join("bin/s3s-fs")))
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--access-key",
+            S3_KEY,
+            "--secret-key",
+            S3_SECRET,
+        ])
+        .arg(root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let proc = Proc(child);
+    wait_port(port);
+    (port, proc)
+}
+
+/// A client of bucket `bucket` on the S3 server at `port`.
+pub fn s3_store(port: u16, bucket: &str) -> Arc<dyn ObjectStore> {
+    Arc::new(
+        object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(format!("http://127.0.0.1:{port}"))
+            .with_allow_http(true)
+            .with_bucket_name(bucket)
+            .with_region("us-east-1")
+            .with_access_key_id(S3_KEY)
+            .with_secret_access_key(S3_SECRET)
+            .build()
+            .unwrap(),
+    )
+}
+
+pub async fn upload(store: &Arc<dyn ObjectStore>, key: &str, file: &Path) {
+    let bytes = std::fs::read(file).unwrap();
+    store.put(&StorePath::from(key), PutPayload::from(bytes)).await.unwrap();
+}

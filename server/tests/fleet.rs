@@ -1,0 +1,277 @@
+//! A fleet of three daemons (real processes, static peer list) over a real S3-compatible
+//! server: each tile is fetched from the store once fleet-wide, batches are byte-identical
+//! to a single daemon's, and a replica killed mid-epoch costs no stream anything: its
+//! clients resume on another replica, nothing lost or repeated, and the peer metrics show
+//! the traffic and the dead peer.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use cogfeed_client::{Batch, Client, pb};
+use common::servers::{Proc, S3_KEY, S3_SECRET, free_port, s3_store, start_s3, upload, wait_port};
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+
+struct Replica {
+    addr: String,
+    metrics_port: u16,
+    proc: Option<Proc>,
+    _dir: tempfile::TempDir,
+}
+
+impl Replica {
+    fn kill(&mut self) {
+        self.proc = None;
+    }
+}
+
+/// Starts `cogfeed serve` for the `fleet` bucket; `cluster` = (self, peers) or none.
+fn start(s3_port: u16, grpc_port: u16, cluster: Option<&[String]>) -> Replica {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_port = free_port();
+    let addr = format!("127.0.0.1:{grpc_port}");
+    let cluster_text = match cluster {
+        Some(peers) => format!(
+            "[cluster]\nself = \"{addr}\"\npeers = [{}]\npeer_timeout_ms = 10000\n",
+            peers.iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(", ")
+        ),
+        None => String::new(),
+    };
+    let config = format!(
+        "[server]\nlisten = \"{addr}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n\
+         [cache]\ncapacity_bytes = 268435456\n{cluster_text}\
+         [[datasets]]\nname = \"demo\"\nprefix = \"s3://fleet/\"\nlabels = \"s3://fleet/labels/{{stem}}.tif\"\n"
+    );
+    let file = dir.path().join("cogfeed.toml");
+    std::fs::write(&file, config).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_cogfeed"))
+        .args(["serve", "--config"])
+        .arg(&file)
+        .envs([
+            ("AWS_ENDPOINT", format!("http://127.0.0.1:{s3_port}")),
+            ("AWS_ALLOW_HTTP", "true".into()),
+            ("AWS_ACCESS_KEY_ID", S3_KEY.into()),
+            ("AWS_SECRET_ACCESS_KEY", S3_SECRET.into()),
+            ("AWS_REGION", "us-east-1".into()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let proc = Proc(child);
+    wait_port(grpc_port);
+    wait_port(metrics_port);
+    Replica {
+        addr,
+        metrics_port,
+        proc: Some(proc),
+        _dir: dir,
+    }
+}
+
+/// The `fleet` bucket with the demo dataset.
+async fn s3_with_demo() -> (u16, Proc, tempfile::TempDir) {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("fleet")).unwrap();
+    let (port, proc) = start_s3(root.path());
+    let data = tempfile::tempdir().unwrap();
+    let scenes = cogfeed_server::demo::write_demo(data.path()).unwrap();
+    let store = s3_store(port, "fleet");
+    for scene in &scenes {
+        let name = scene.file_name().unwrap().to_str().unwrap();
+        upload(&store, name, scene).await;
+        upload(
+            &store,
+            &format!("labels/{name}"),
+            &data.path().join("labels").join(name),
+        )
+        .await;
+    }
+    (port, proc, root)
+}
+
+async fn scrape(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+/// Sum of the samples of `name` whose labels contain every one of `labels`.
+fn sum(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Random unaligned windows: each job (seed) its own.
+fn request(seed: u64, rank: u32, world: u32) -> pb::StreamBatchesRequest {
+    pb::StreamBatchesRequest {
+        dataset: "demo".into(),
+        job: format!("job{seed}"),
+        sampler: pb::Sampler::Random as i32,
+        patch_size: 200,
+        batch_size: 4,
+        samples_per_epoch: 48,
+        seed,
+        rank,
+        world_size: world,
+        labels: true,
+        ..Default::default()
+    }
+}
+
+/// A grid of 128 px windows: every window once per epoch (256 of them).
+fn grid(rank: u32, world: u32) -> pb::StreamBatchesRequest {
+    pb::StreamBatchesRequest {
+        sampler: pb::Sampler::Grid as i32,
+        patch_size: 128,
+        stride: 128,
+        ..request(7, rank, world)
+    }
+}
+
+fn digest(b: &Batch) -> String {
+    let mut h = Sha256::new();
+    h.update(&b.image.data);
+    if let Some(l) = &b.label {
+        h.update(&l.data);
+    }
+    hex::encode(h.finalize())
+}
+
+async fn run_job(addr: &str, r: pb::StreamBatchesRequest) -> Vec<String> {
+    let mut c = Client::connect(addr).await.unwrap();
+    c.stream(r).await.unwrap().map(|b| digest(&b.unwrap())).collect().await
+}
+
+async fn four_jobs(addrs: &[String]) -> Vec<Vec<String>> {
+    let jobs = (0..4u64).map(|j| {
+        let addr = addrs[j as usize % addrs.len()].clone();
+        tokio::spawn(async move { run_job(&addr, request(j + 1, 0, 1)).await })
+    });
+    futures::future::join_all(jobs)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect()
+}
+
+fn ports(n: usize) -> (Vec<u16>, Vec<String>) {
+    let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+    let addrs = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    (ports, addrs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_fetches_each_tile_once_and_serves_the_same_bytes() {
+    let (s3_port, _s3, _root) = s3_with_demo().await;
+    // One daemon: the reference bytes and the number of distinct tiles the jobs touch.
+    let single = start(s3_port, free_port(), None);
+    let alone = four_jobs(std::slice::from_ref(&single.addr)).await;
+    let distinct = sum(
+        &scrape(single.metrics_port).await,
+        "cogfeed_tiles_loaded_total",
+        &["store"],
+    );
+    assert!(distinct > 0.0);
+    drop(single);
+
+    let (ports, addrs) = ports(3);
+    let fleet: Vec<Replica> = ports.iter().map(|p| start(s3_port, *p, Some(&addrs))).collect();
+    let together = four_jobs(&addrs).await;
+    assert_eq!(together, alone, "a fleet changed the bytes");
+    let mut store_loads = 0.0;
+    let mut served = 0.0;
+    for r in &fleet {
+        let text = scrape(r.metrics_port).await;
+        store_loads += sum(&text, "cogfeed_tiles_loaded_total", &["store"]);
+        served += sum(
+            &text,
+            "cogfeed_peer_requests_total",
+            &["direction=\"in\"", "result=\"ok\""],
+        );
+        // Every replica owns a share of the tiles.
+        assert!(sum(&text, "cogfeed_tiles_loaded_total", &["store"]) > 0.0);
+    }
+    assert_eq!(store_loads, distinct, "tiles fetched from the store fleet-wide");
+    assert!(served > 0.0, "no tile crossed between replicas");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_a_replica_mid_epoch_loses_and_repeats_nothing() {
+    let (s3_port, _s3, _root) = s3_with_demo().await;
+    let (ports, addrs) = ports(3);
+    let mut fleet: Vec<Replica> = ports.iter().map(|p| start(s3_port, *p, Some(&addrs))).collect();
+    let list = addrs.join(",");
+    let client = Client::connect(&list).await.unwrap();
+    assert_eq!(client.replicas().len(), 3);
+    // The epoch as one daemon would deal it (rank r of 3 starts on replica r).
+    let expected: BTreeSet<(u32, u64, u64)> = {
+        let mut all = BTreeSet::new();
+        let mut c = Client::connect(&addrs[0]).await.unwrap();
+        for rank in 0..3 {
+            let mut s = c.stream(grid(rank, 3)).await.unwrap();
+            while let Some(b) = s.next().await {
+                for w in b.unwrap().windows {
+                    assert!(all.insert((w.scene, w.col, w.row)));
+                }
+            }
+        }
+        all
+    };
+    let mut streams: Vec<_> = (0..3)
+        .map(|rank| Box::pin(client.stream_resumable(grid(rank, 3), Duration::from_secs(30))))
+        .collect();
+    let mut seen = Vec::new();
+    // Rank 1 (on replica 1) gets a few batches, then replica 1 dies.
+    for _ in 0..3 {
+        for w in streams[1].next().await.unwrap().unwrap().windows {
+            seen.push((w.scene, w.col, w.row));
+        }
+    }
+    fleet[1].kill();
+    let rest = futures::future::join_all(streams.iter_mut().map(|s| async move {
+        let mut out = Vec::new();
+        while let Some(b) = s.next().await {
+            for w in b.unwrap().windows {
+                out.push((w.scene, w.col, w.row));
+            }
+        }
+        out
+    }))
+    .await;
+    seen.extend(rest.into_iter().flatten());
+    let unique: BTreeSet<_> = seen.iter().copied().collect();
+    assert_eq!(unique.len(), seen.len(), "samples repeated");
+    assert_eq!(unique, expected, "samples lost");
+    // The survivors saw the dead peer and kept serving; replica 0 served its peers.
+    let dead = &addrs[1];
+    let mut marked = 0;
+    for r in [&fleet[0], &fleet[2]] {
+        let text = scrape(r.metrics_port).await;
+        if sum(&text, "cogfeed_peer_up", &[&format!("peer=\"{dead}\"")]) == 0.0 {
+            marked += 1;
+        }
+        assert!(
+            sum(
+                &text,
+                "cogfeed_peer_requests_total",
+                &["direction=\"out\"", "result=\"ok\""]
+            ) > 0.0
+        );
+    }
+    assert!(marked >= 1, "no survivor noticed the dead replica");
+}
