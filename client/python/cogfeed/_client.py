@@ -7,6 +7,7 @@ raise `CogfeedError` with the gRPC status and message.
 """
 
 import os
+import socket
 import time
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
@@ -149,6 +150,28 @@ class Client:
         return self._raw_stream(request, metadata=self.metadata(metadata))
 
 
+def replicas(address) -> list:
+    """The daemons named by `address`: a list, a comma-separated string, or one DNS name
+    whose addresses are the replicas (a Kubernetes headless Service)."""
+    if isinstance(address, (list, tuple)):
+        found = [str(a) for a in address]
+    else:
+        found = [a.strip() for a in str(address).split(",") if a.strip()]
+    if len(found) == 1 and "://" not in found[0]:
+        host, _, port = found[0].rpartition(":")
+        if host and port.isdigit() and not host.replace(".", "").isdigit():
+            try:
+                infos = socket.getaddrinfo(host, int(port), socket.AF_INET, socket.SOCK_STREAM)
+                ips = sorted({f"{i[4][0]}:{i[4][1]}" for i in infos})
+                if len(ips) > 1:
+                    return ips
+            except OSError:
+                pass
+    if not found:
+        raise ValueError("no server address given")
+    return found
+
+
 class Loader:
     """Iterates the batches of one rank of one epoch as numpy arrays.
 
@@ -187,7 +210,15 @@ class Loader:
         if sampler not in _SAMPLERS:
             raise ValueError(f"unknown sampler {sampler!r} (aligned, random, grid)")
         keep_large_allocations()
-        self.client = address if isinstance(address, Client) else Client(address, token=token, tls=tls)
+        self.rank = 0 if rank is None else int(rank)
+        if isinstance(address, Client):
+            self.replicas = [address.address]
+            self.client = address
+        else:
+            # A fleet: rank r starts on replica r mod n and moves on when its replica fails.
+            self.replicas = replicas(address)
+            self._replica = self.rank % len(self.replicas)
+            self.client = Client(self.replicas[self._replica], token=token, tls=tls)
         self.dataset = dataset
         self.sampler = sampler
         self.patch_size = patch_size
@@ -198,7 +229,6 @@ class Loader:
         self.dtype = dtype
         self.level = level
         self.bands = list(bands or [])
-        self.rank = 0 if rank is None else int(rank)
         self.world_size = 1 if world_size is None else int(world_size)
         self.cursor = cursor
         # Where the current pass started from (len() counts from here).
@@ -230,7 +260,22 @@ class Loader:
         )
 
     def __len__(self):
-        return int(self.client.count(self.request(cursor=self._origin)).batches)
+        # Each replica at most once: a dead one is skipped, as streams do.
+        for attempt in range(len(self.replicas)):
+            try:
+                return int(self.client.count(self.request(cursor=self._origin)).batches)
+            except CogfeedError as e:
+                if e.code != grpc.StatusCode.UNAVAILABLE or attempt == len(self.replicas) - 1:
+                    raise
+                self._next_replica()
+        raise AssertionError("unreachable")
+
+    def _next_replica(self):
+        """Moves this loader to the next replica of its list."""
+        if len(self.replicas) > 1:
+            self._replica = (self._replica + 1) % len(self.replicas)
+            self.client.address = self.replicas[self._replica]
+        self.client.reconnect()
 
     def state_dict(self):
         return {"epoch": self.epoch, "cursor": self.cursor}
@@ -286,7 +331,7 @@ class Loader:
                     raise from_rpc_error(e) from None
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
-                self.client.reconnect()
+                self._next_replica()
                 self.reconnects += 1
         # The cursor stays at the end (state_dict says the epoch is done); iterating again
         # replays the pass.

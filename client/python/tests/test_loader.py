@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import cogfeed
+from conftest import free_port
 
 LABEL_DIV = 8192  # demo labels are band1 // 8192
 
@@ -132,3 +133,14 @@ def test_data_wait_counts_blocked_time(daemon):
     n = sum(1 for _ in loader)
     assert n == 8
     assert 0 < loader.data_wait_seconds <= time.perf_counter() - t
+
+
+def test_a_replica_list_spreads_ranks_and_fails_over(daemon):
+    dead = f"127.0.0.1:{free_port()}"
+    assert cogfeed.replicas(f"{dead}, {daemon.address}") == [dead, daemon.address]
+    # Rank 1 of 2 starts on the second replica; rank 0 on the dead one, then moves on.
+    for rank in (0, 1):
+        loader = cogfeed.Loader([dead, daemon.address], "demo", batch_size=4, samples_per_epoch=16, rank=rank,
+                                world_size=2)
+        assert len(list(loader)) == 2
+        assert loader.client.address == daemon.address
