@@ -52,6 +52,25 @@ def check_config(name, text):
 
 check_config("k8s config accepted by cogfeed", cm["data"]["cogfeed.toml"])
 
+# The fleet: StatefulSet behind a headless Service, its config with [cluster].
+run("kubernetes-validate k8s/fleet.yaml", ["kubernetes-validate", "--strict", str(HERE / "k8s" / "fleet.yaml")])
+fleet = list(yaml.safe_load_all((HERE / "k8s" / "fleet.yaml").read_text()))
+fleet_kinds = sorted(d["kind"] for d in fleet)
+check("fleet kinds", fleet_kinds == sorted(["ConfigMap", "Service", "Service", "StatefulSet", "PodDisruptionBudget",
+                                             "HorizontalPodAutoscaler"]), str(fleet_kinds))
+sts = next(d for d in fleet if d["kind"] == "StatefulSet")
+headless = next(d for d in fleet if d["kind"] == "Service" and d["spec"].get("clusterIP") == "None")
+fleet_cm = next(d for d in fleet if d["kind"] == "ConfigMap")
+env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+check("fleet wiring", sts["spec"]["serviceName"] == headless["metadata"]["name"]
+      and f'peers_dns = "{headless["metadata"]["name"]}.' in fleet_cm["data"]["cogfeed.toml"]
+      and env["COGFEED_CLUSTER_SELF"]["value"] == "$(POD_IP):50051"
+      and env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP")
+hpa = next(d for d in fleet if d["kind"] == "HorizontalPodAutoscaler")
+check("fleet hpa targets the statefulset", hpa["spec"]["scaleTargetRef"]["kind"] == "StatefulSet"
+      and hpa["spec"]["scaleTargetRef"]["name"] == sts["metadata"]["name"])
+check_config("fleet config accepted by cogfeed", fleet_cm["data"]["cogfeed.toml"])
+
 if shutil.which("hadolint"):
     run("hadolint Dockerfile", ["hadolint", str(HERE / "Dockerfile")])
 else:

@@ -190,8 +190,12 @@ class PoolLoader:
             yield batch
 
     def close(self):
-        self.pool.terminate()
-        self.pool.join()
+        # Not Pool.terminate(): it can hang on workers blocked writing big results; the
+        # process exits right after the measurement anyway.
+        for w in self.pool._pool:
+            w.kill()
+        for w in self.pool._pool:
+            w.join()
 
 
 class RandomBlockSampler:
