@@ -7,8 +7,10 @@ and smaller than the fleet's.
 Writes the demo dataset (GDAL-free COGs, 512 px tiles) once, then for N = 1, 2, 3 starts N
 daemons (with `[cluster]` when N > 1) and streams `--epochs` aligned epochs from N ranks,
 rank r on replica r. Prints per N: store bytes fleet-wide (from `cogfeed_store_bytes_total`),
-each replica's tile-cache hit ratio, bytes moved between replicas and what moving them cost
-(peer request seconds per GB, as seen by the requesters), and wall time.
+each replica's tile-cache hit ratio, bytes moved between replicas with the requesters' wait
+for them (cold: the owner may be fetching from the store), and wall time. Then the warm
+transfer cost: two replicas whose owners hold every tile, no near cache, so each peer
+request is a pure decoded-tile transfer.
 """
 import argparse
 import json
@@ -26,7 +28,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "client" / "python"))
 sys.path.insert(0, str(HERE))
 import cogfeed  # noqa: E402
-from services import free_port, wait_port  # noqa: E402
+from services import cpu_seconds, free_port, wait_port  # noqa: E402
 
 BIN = ROOT / "target" / "release"
 
@@ -46,7 +48,7 @@ def scrape(port):
         return r.read().decode()
 
 
-def start_fleet(n, data, cache_bytes, tmp):
+def start_fleet(n, data, cache_bytes, tmp, near_bytes=None):
     ports = [free_port() for _ in range(n)]
     addrs = [f"127.0.0.1:{p}" for p in ports]
     procs, metrics_ports = [], []
@@ -56,6 +58,8 @@ def start_fleet(n, data, cache_bytes, tmp):
         if n > 1:
             peers = ", ".join(f'"{a}"' for a in addrs)
             cluster = f'[cluster]\nself = "{addrs[i]}"\npeers = [{peers}]\npeer_timeout_ms = 10000\n'
+            if near_bytes is not None:
+                cluster += f"near_cache_bytes = {near_bytes}\n"
         cfg = tmp / f"replica{i}.toml"
         cfg.write_text(f"""[server]
 listen = "{addrs[i]}"
@@ -74,15 +78,13 @@ prefix = "{data}/"
     return addrs, procs, metrics_ports
 
 
-def run(n, args, data, tmp):
-    addrs, procs, mports = start_fleet(n, data, args.cache_mb << 20, tmp)
-    t0 = time.perf_counter()
+def stream_epochs(addrs, n, epochs, first_epoch=0):
     delivered = [0] * n
 
     def rank(r):
         loader = cogfeed.Loader(addrs[r], "demo", sampler="aligned", patch_size=512, batch_size=8,
                                 rank=r, world_size=n, seed=3)
-        for epoch in range(args.epochs):
+        for epoch in range(first_epoch, first_epoch + epochs):
             loader.set_epoch(epoch)
             for b in loader:
                 delivered[r] += b.image.nbytes
@@ -92,6 +94,53 @@ def run(n, args, data, tmp):
         t.start()
     for t in threads:
         t.join()
+    return sum(delivered)
+
+
+def warm_epochs(n, data, tmp):
+    """n replicas whose caches hold everything (no near cache): one warm-up epoch, then two
+    measured ones. Returns the metric deltas over the measured epochs and the wall time."""
+    addrs, procs, mports = start_fleet(n, data, 2 << 30, tmp, near_bytes=1 << 20)
+    stream_epochs(addrs, n, 1)
+    before = [scrape(p) for p in mports]
+    cpu0 = sum(cpu_seconds(p.pid) for p in procs)
+    t0 = time.perf_counter()
+    delivered = stream_epochs(addrs, n, 2, first_epoch=1)
+    wall = time.perf_counter() - t0
+    cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu0
+    after = [scrape(p) for p in mports]
+    for p in procs:
+        p.terminate()
+        p.wait(15)
+
+    def delta(name, *labels):
+        return sum(metric(a, name, *labels) - metric(b, name, *labels) for a, b in zip(after, before))
+
+    return delta, wall, delivered, cpu
+
+
+def transfer_cost(args, data, tmp):
+    """The cost of moving decoded tiles between replicas: the same two warm epochs served by
+    one replica from its own cache, and by two replicas where every tile a replica does not
+    own comes from its owner's cache; the extra daemon CPU per GB moved is the transfer's
+    cost (both ends: encode, copy, HTTP/2, decode)."""
+    _, wall1, _, cpu1 = warm_epochs(1, data, tmp)
+    two, wall2, delivered, cpu2 = warm_epochs(2, data, tmp)
+    peer_bytes = two("cogfeed_peer_bytes_total", 'direction="in"')
+    return {
+        "warm_transfer": True, "delivered_mb": round(delivered / 1e6),
+        "peer_mb": round(peer_bytes / 1e6), "store_mb_after_warmup": round(two("cogfeed_store_bytes_total") / 1e6),
+        "daemon_cpu_s_one_replica": round(cpu1, 2), "daemon_cpu_s_two_replicas": round(cpu2, 2),
+        "peer_cpu_s_per_gb": round((cpu2 - cpu1) / (peer_bytes / 1e9), 2) if peer_bytes else None,
+        "wall_s_one": round(wall1, 2), "wall_s_two": round(wall2, 2),
+        "peer_requests": int(two("cogfeed_peer_request_duration_seconds_count")),
+    }
+
+
+def run(n, args, data, tmp):
+    addrs, procs, mports = start_fleet(n, data, args.cache_mb << 20, tmp)
+    t0 = time.perf_counter()
+    delivered = stream_epochs(addrs, n, args.epochs)
     wall = time.perf_counter() - t0
     texts = [scrape(p) for p in mports]
     for p in procs:
@@ -106,7 +155,7 @@ def run(n, args, data, tmp):
     return {
         "replicas": n,
         "wall_s": round(wall, 1),
-        "delivered_mb": round(sum(delivered) / 1e6),
+        "delivered_mb": round(delivered / 1e6),
         "store_mb": round(store / 1e6),
         "hit_ratio": [round(h / (h + m), 3) if h + m else None for h, m in zip(hits, misses)],
         "peer_mb": round(peer_bytes / 1e6),
@@ -136,6 +185,9 @@ def main():
         r = run(n, a, data, tmp)
         print(json.dumps(r), flush=True)
         results.append(r)
+    r = transfer_cost(a, data, tmp)
+    print(json.dumps(r), flush=True)
+    results.append(r)
     return results
 
 

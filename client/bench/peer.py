@@ -138,63 +138,62 @@ class TileDataset:
 
 
 _POOL_SLOT = 0
-_POOL_DATASET = None
 
 
-def _pool_init(dataset, next_slot):
-    global _POOL_SLOT, _POOL_DATASET
-    with next_slot.get_lock():
-        _POOL_SLOT = next_slot.value
-        next_slot.value += 1
-    _POOL_DATASET = dataset
-
-
-def _pool_batch(items):
+def _pool_worker(slot, dataset, tasks, results):
+    """One worker process of the fallback loader: batches of items in, float32 arrays out."""
     import numpy as np
 
-    out = []
-    for item in items:
-        got = _POOL_DATASET[item]
-        out.extend(got if isinstance(got, list) else [got])
-    return np.stack(out)
+    global _POOL_SLOT
+    _POOL_SLOT = slot
+    while True:
+        seq, items = tasks.get()
+        out = []
+        for item in items:
+            got = dataset[item]
+            out.extend(got if isinstance(got, list) else [got])
+        results.put((seq, np.stack(out)))
 
 
 class PoolLoader:
-    """Without torch: a fork pool of `workers` processes; as in a DataLoader, each task is one
-    whole batch, at most workers x prefetch batches are in flight, delivered in order."""
+    """Without torch: `workers` forked processes; as in a DataLoader, each task is one whole
+    batch, at most workers x prefetch batches are in flight, delivered in order."""
 
     def __init__(self, dataset, sampler, batch_size, workers, prefetch):
         import multiprocessing
 
         ctx = multiprocessing.get_context("fork")
         self.sampler, self.batch_size, self.inflight = sampler, batch_size, max(1, workers) * prefetch
-        self.pool = ctx.Pool(max(1, workers), initializer=_pool_init, initargs=(dataset, ctx.Value("i", 0)))
+        self.tasks, self.results = ctx.Queue(), ctx.Queue()
+        self.procs = [ctx.Process(target=_pool_worker, args=(i, dataset, self.tasks, self.results), daemon=True)
+                      for i in range(max(1, workers))]
+        for w in self.procs:
+            w.start()
 
     def __iter__(self):
-        import collections
-
         items = iter(self.sampler)
         per_task = max(1, self.batch_size // max(1, self.sampler.threads))
-        pending = collections.deque()
-
-        def submit():
-            chunk = [s for _, s in zip(range(per_task), items)]
-            if chunk:
-                pending.append(self.pool.apply_async(_pool_batch, (chunk,)))
-
-        for _ in range(self.inflight):
-            submit()
-        while pending:
-            batch = pending.popleft().get()
-            submit()
-            yield batch
+        sent = received = 0
+        ready = {}
+        while True:
+            while sent - received < self.inflight:
+                chunk = [s for _, s in zip(range(per_task), items)]
+                if not chunk:
+                    break
+                self.tasks.put((sent, chunk))
+                sent += 1
+            if received == sent:
+                return
+            while received not in ready:
+                seq, batch = self.results.get()
+                ready[seq] = batch
+            yield ready.pop(received)
+            received += 1
 
     def close(self):
-        # Not Pool.terminate(): it can hang on workers blocked writing big results; the
-        # process exits right after the measurement anyway.
-        for w in self.pool._pool:
+        for w in self.procs:
             w.kill()
-        for w in self.pool._pool:
+        for w in self.procs:
             w.join()
 
 
