@@ -58,6 +58,8 @@ class Direction:
         self.src_paused = self.dst_full = self.finished = False
 
     def push(self, item):
+        if self.finished:  # the receiver is gone: drop what still arrives
+            return
         now = self.loop.time()
         due = max(now, self.not_before) + self.delay
         if not self.queue and due <= now and self.dst is not None and not self.dst_full:
@@ -73,7 +75,7 @@ class Direction:
             self.schedule()
 
     def schedule(self):
-        if self.queue and self.dst is not None and not self.dst_full and self.timer is None:
+        if self.queue and self.dst is not None and not self.dst_full and self.timer is None and not self.finished:
             self.timer = self.loop.call_at(self.queue[0][0], self.flush)
 
     def flush(self):

@@ -45,9 +45,12 @@ import os
 import sys
 import threading
 import time
+import warnings
 
 os.environ.setdefault("GDAL_DISABLE_READDIR_ON_OPEN", "EMPTY_DIR")
 os.environ.setdefault("CPL_VSIL_CURL_ALLOWED_EXTENSIONS", ".tif")
+
+warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores: on purpose
 
 try:
     import torch  # noqa: F401  (imported before any worker forks, as in a training script)
@@ -146,6 +149,13 @@ def _pool_worker(slot, dataset, tasks, results):
 
     global _POOL_SLOT
     _POOL_SLOT = slot
+    try:  # die with the parent (PR_SET_PDEATHSIG), as torch's workers do by polling
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
     while True:
         seq, items = tasks.get()
         out = []

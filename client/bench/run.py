@@ -10,29 +10,32 @@ daemon (default settings, only listen addresses, cache capacity and datasets con
 driven by `cogfeed-client bench --dtype native`, or peer.py (rasterio through /vsicurl/,
 torch DataLoader workers). Both contenders read the same files through the same proxy.
 
-Workload (both contenders): 256 px patches, batch 16, 4-band uint16. The measured pass is
-one epoch of cogfeed's random sampler (as many samples as non-overlapping patches, about
-the data set's size); the peer runs the same number of samples or --peer-duration seconds,
-whichever comes first (it has no cache, so its rate is steady).
+Workload (both contenders): 256 px patches, batch 16, 4-band uint16. cogfeed's measured
+pass is one epoch of its random sampler (as many samples as non-overlapping patches, about
+the data set's size); the peer, which has no cache and so a steady rate, runs
+--peer-duration seconds once all its workers are reading.
 
 Scenarios (medians of --reps repetitions; contenders alternate inside each repetition):
   cold      per compression and latency: cogfeed on a fresh daemon (first pass, then the
             same pass again = warm, scenario b), the peer's tuned config, and the peer's
-            default config (first compression only, to keep the run short)
-  jobs      k = 4 concurrent jobs (different seeds) on one daemon vs one job, at the highest
-            latency: store bytes and aggregate MB/s; the peer: 4 processes sharing its workers
+            default config (first compression, lowest and highest latency only)
+  jobs      k = 4 concurrent jobs (different seeds) on one fresh daemon, at the highest
+            latency, against the cold run there (k = 1): store bytes and aggregate MB/s;
+            the peer: 4 processes sharing its workers
   aligned   512 px windows, aligned vs unaligned random, once every tile is cached (cogfeed)
             and for the peer (block vs random sampler): store bytes per delivered byte, MB/s
+  large     1024 px patches (batch 4) at the highest latency: cogfeed random windows vs the
+            peer's tuned config with 1024 px blocked windows (fewer opens per byte)
   prefetch  evidence for the daemon's authors: cold pass at the highest latency with
-            cogfeed-client --prefetch 0 (auto), 64, 256
-  peersweep the peer's tuned config at the highest latency with 8..64 workers (choose
-            --peer-workers); not in the default list
+            cogfeed-client --prefetch 64 and 256 (automatic: the cold run)
+  peersweep the peer's tuned config at the highest latency with 8..96 workers, and with
+            1024 px windows (choose --peer-workers, --peer-workers-large); not in the default list
 
-MB/s is the paper's metric: decoded pixels delivered x 2 bytes (uint16) / wall time, counted
-after the first batch (time to first batch is reported apart). CPU s/GB: the contender's
-processes (daemon + client; peer process + workers), not nginx or the proxy (reported
-apart as infra). Store bytes: nginx's access log (both contenders) and cogfeed's
-cogfeed_store_bytes_total.
+MB/s is the paper's metric: decoded pixels delivered x 2 bytes (uint16) / wall time, after
+start-up (cogfeed: after its first batch; the peer: once every worker has read a sample;
+time to first batch is reported apart). CPU s/GB: the contender's processes (daemon +
+client; peer process + workers), not nginx or the proxy (reported apart as infra). Store
+bytes: nginx's access log (both contenders) and cogfeed's cogfeed_store_bytes_total.
 """
 
 import argparse
@@ -90,8 +93,12 @@ class Bench:
             "machine": machine(), "scenes": a.scenes, "size": a.size, "tile": 512,
             "compressions": a.compressions, "latencies_ms": a.latencies, "reps": a.reps,
             "patch": a.patch, "batch": a.batch, "epoch_samples": self.epoch,
-            "peer_workers": a.peer_workers, "peer_duration_s": a.peer_duration,
+            "peer_workers": a.peer_workers, "peer_workers_large": a.peer_workers_large,
+            "peer_duration_s": a.peer_duration,
             "data_bytes": {c: sum(os.path.getsize(u) for u in self.files(c)) for c in codecs},
+            "binaries": {b: {"path": svc.binary(b), "mtime": datetime.datetime.fromtimestamp(
+                os.path.getmtime(svc.binary(b))).isoformat(timespec="seconds")} for b in ("cogfeed", "cogfeed-client")},
+            "git_head": git_head(),
         }
 
     def files(self, codec):
@@ -113,7 +120,7 @@ class Bench:
         deadline = time.time() + self.a.wait_idle
         while True:
             b0 = svc.machine_busy()
-            time.sleep(2)
+            time.sleep(1)
             b1 = svc.machine_busy()
             frac = (b1[0] - b0[0]) / max(1, b1[1] - b0[1])
             if frac < 0.15 or time.time() > deadline:
@@ -173,7 +180,8 @@ class Bench:
         cpu0, (m0, _) = d.cpu(), d.metrics()
         kids0 = children_cpu()
         t = time.perf_counter()
-        procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+        procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  preexec_fn=svc.die_with_parent) for c in cmds]
         outs = []
         for p in procs:
             so, se = p.communicate()
@@ -183,7 +191,7 @@ class Bench:
         wall = time.perf_counter() - t
         (m1, _), cpu1, busy1 = d.metrics(), d.cpu(), svc.machine_busy()
         children = children_cpu() - kids0
-        delta = {k: m1[k] - m0.get(k, 0.0) for k in m1 if k.startswith(("cogfeed_store", "cogfeed_cache", "cogfeed_stream"))}
+        delta = {k: m1[k] - m0.get(k, 0.0) for k in m1 if k.startswith("cogfeed_") and not k.endswith("_bucket")}
         nreq, nbytes, nerr = self.nginx.since(off)
         total = sum(o["bytes"] for o in outs)
         # Sustained rate: bytes after each stream's first batch over the time after it.
@@ -195,6 +203,7 @@ class Bench:
         store_n = delta.get("cogfeed_store_request_duration_seconds_count", 0.0)
         return {
             "contender": "cogfeed", "jobs": len(cmds), "bytes": total, "wall_s": wall,
+            "binary_mtime": d.binary_mtime,
             "mb_per_s": after / span / 1e6,
             "e2e_mb_per_s": total / max(o["seconds"] for o in outs) / 1e6,
             "first_batch_s": max(o["first_batch_s"] for o in outs),
@@ -209,16 +218,19 @@ class Bench:
             "cache_hits": delta.get("cogfeed_cache_hits_total", 0.0),
             "cache_misses": delta.get("cogfeed_cache_misses_total", 0.0),
             "starved_s": delta.get("cogfeed_stream_starved_seconds_total", 0.0),
+            "decode_mean_ms": 1e3 * delta.get("cogfeed_decode_duration_seconds_sum", 0.0)
+            / max(1.0, delta.get("cogfeed_decode_duration_seconds_count", 0.0)),
+            "metrics_delta": delta,
             "infra_cpu_s": infra,
             "machine_busy": (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
             "others_busy": self.others(busy0, busy1, cpu1 - cpu0 + children + infra, wall),
             "clients": outs,
         }
 
-    def peer(self, codec, ms, preset, seed=0, jobs=1, sampler=None, patch=None, workers=None):
+    def peer(self, codec, ms, preset, seed=0, jobs=1, sampler=None, patch=None, workers=None, batch=None):
         a = self.a
         workers = workers or (a.peer_workers if preset == "tuned" else None)
-        base = [sys.executable, str(HERE / "peer.py"), "--preset", preset, "--batch-size", str(a.batch),
+        base = [sys.executable, str(HERE / "peer.py"), "--preset", preset, "--batch-size", str(batch or a.batch),
                 "--duration", str(a.peer_duration),
                 "--scene-size", f"{a.size}x{a.size},512x512"]
         if workers:
@@ -233,7 +245,8 @@ class Bench:
         kids0 = children_cpu()
         t = time.perf_counter()
         procs = [subprocess.Popen(base + ["--seed", str(seed + j)] + self.urls(codec, ms), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for j in range(jobs)]
+                                  stderr=subprocess.PIPE, text=True, preexec_fn=svc.die_with_parent)
+                 for j in range(jobs)]
         outs = []
         for p in procs:
             so, se = p.communicate()
@@ -260,6 +273,8 @@ class Bench:
 
     def record(self, scenario, codec, ms, rep, r, **kw):
         r.update(scenario=scenario, codec=codec, latency_ms=ms, rep=rep, **kw)
+        if r["nginx_bytes"] == 0 and r["infra_cpu_s"] > 0.2:
+            log(f"  warning: nginx and the proxies used {r['infra_cpu_s']:.2f} CPU s with no store traffic")
         self.results["runs"].append(r)
         amp = r["nginx_bytes"] / r["bytes"] if r.get("bytes") else 0
         log(f"  {scenario:8s} {codec:9s} {ms:3d} ms rep {rep} {r['contender']:13s} {kw.get('what', ''):14s} "
@@ -280,7 +295,7 @@ class Bench:
                     finally:
                         d.stop()
                     self.record("cold", codec, ms, rep, self.peer(codec, ms, "tuned", seed=rep))
-                    if codec == a.main_codec and a.peer_default:
+                    if codec == a.main_codec and a.peer_default and ms in (min(a.latencies), max(a.latencies)):
                         self.record("cold", codec, ms, rep, self.peer(codec, ms, "default", seed=rep))
 
     def jobs(self):
@@ -288,14 +303,15 @@ class Bench:
         ms, codec = max(a.latencies), a.main_codec
         for rep in range(a.reps):
             self.wait_idle()
-            for k in (1, 4):
-                d = self.daemon(codec, ms, f"jobs{k}-{rep}")
-                try:
-                    cmds = [self.client_cmd(d, seed=10 * rep + j, job=f"job{j}") for j in range(k)]
-                    self.record("jobs", codec, ms, rep, self.cogfeed(d, cmds), what=f"k={k}", k=k)
-                finally:
-                    d.stop()
-                self.record("jobs", codec, ms, rep, self.peer(codec, ms, "tuned", seed=10 * rep, jobs=k), what=f"k={k}", k=k)
+            # k = 1 is the cold scenario's run at this codec and latency (same settings).
+            k = 4
+            d = self.daemon(codec, ms, f"jobs{k}-{rep}")
+            try:
+                cmds = [self.client_cmd(d, seed=10 * rep + j, job=f"job{j}") for j in range(k)]
+                self.record("jobs", codec, ms, rep, self.cogfeed(d, cmds), what=f"k={k}", k=k)
+            finally:
+                d.stop()
+            self.record("jobs", codec, ms, rep, self.peer(codec, ms, "tuned", seed=10 * rep, jobs=k), what=f"k={k}", k=k)
 
     def aligned(self):
         a = self.a
@@ -322,12 +338,29 @@ class Bench:
                 self.record("aligned", codec, ms, rep, self.peer(codec, ms, "tuned", seed=rep, sampler=sampler, patch=p),
                             what=sampler, sampler="aligned" if sampler == "block" else "random", cached=False)
 
+    def large(self):
+        """1024 px patches, batch 4, at the highest latency: cogfeed's random (unaligned)
+        windows against the peer's tuned config with 1024 px blocked windows."""
+        a = self.a
+        ms, codec, p, b = max(a.latencies), a.main_codec, 1024, 4
+        for rep in range(a.reps):
+            self.wait_idle()
+            d = self.daemon(codec, ms, f"large-{rep}")
+            try:
+                cmd = self.client_cmd(d, "random", p, seed=rep, batches=self.epoch_batches(p) * a.batch // b)
+                cmd[cmd.index("--batch-size") + 1] = str(b)
+                self.record("large", codec, ms, rep, self.cogfeed(d, [cmd]), what="random 1024")
+            finally:
+                d.stop()
+            self.record("large", codec, ms, rep, self.peer(codec, ms, "tuned", seed=rep, patch=p, batch=b,
+                                                           workers=a.peer_workers_large), what="block 1024")
+
     def prefetch(self):
         a = self.a
         ms, codec = max(a.latencies), a.main_codec
         for rep in range(a.reps):
             self.wait_idle()
-            for pf in (0, 64, 256):
+            for pf in (64, 256):  # 0 (automatic) is the cold scenario's run
                 d = self.daemon(codec, ms, f"pf{pf}-{rep}")
                 try:
                     self.record("prefetch", codec, ms, rep, self.cogfeed(d, [self.client_cmd(d, seed=rep, prefetch=pf)]),
@@ -338,9 +371,13 @@ class Bench:
     def peersweep(self):
         a = self.a
         ms, codec = max(a.latencies), a.main_codec
-        for w in (8, 16, 32, 64):
+        for w in (8, 16, 32, 64, 96):
             self.wait_idle()
             self.record("peersweep", codec, ms, 0, self.peer(codec, ms, "tuned", workers=w), what=f"{w} workers")
+        for w in (8, 16, 32, 64):
+            self.wait_idle()
+            self.record("peersweep", codec, ms, 0, self.peer(codec, ms, "tuned", workers=w, patch=1024, batch=4),
+                        what=f"1024 px, {w} w")
 
     # ---------------------------------------------------------------- summary
     def pick(self, **f):
@@ -376,17 +413,25 @@ class Bench:
             if r["cogfeed_cold"] and r["peer_tuned"]:
                 rows.append((f"cogfeed / peer tuned, {r['codec']}, {r['latency_ms']} ms", r["cogfeed_cold"] / r["peer_tuned"],
                              TARGETS["vs_peer"] if r["latency_ms"] == hi else None))
+        for r in raw:
+            if r["peer_tuned"] and r["peer_default"]:
+                rows.append((f"peer tuned / peer default, {r['codec']}, {r['latency_ms']} ms",
+                             r["peer_tuned"] / r["peer_default"], None))
+            if r["cogfeed_warm"] and r["cogfeed_cold"]:
+                rows.append((f"cogfeed warm / cold, {r['codec']}, {r['latency_ms']} ms",
+                             r["cogfeed_warm"] / r["cogfeed_cold"], None))
         for codec in a.compressions:
             h = next((r for r in raw if r["codec"] == codec and r["latency_ms"] == hi), None)
             l0 = next((r for r in raw if r["codec"] == codec and r["latency_ms"] == lo), None)
             if h and l0 and h["cogfeed_cold"] and l0["cogfeed_cold"] and hi != lo:
                 rows.append((f"cogfeed {hi} ms / {lo} ms, {codec}", h["cogfeed_cold"] / l0["cogfeed_cold"], TARGETS["latency"]))
         if self.pick(scenario="jobs"):
-            s1 = self.med("store_bytes", scenario="jobs", contender="cogfeed", k=1)
+            one = dict(scenario="cold", codec=a.main_codec, latency_ms=hi)
+            s1 = self.med("store_bytes", contender="cogfeed", **one)
             s4 = self.med("store_bytes", scenario="jobs", contender="cogfeed", k=4)
-            t1 = self.med("mb_per_s", scenario="jobs", contender="cogfeed", k=1)
+            t1 = self.med("mb_per_s", contender="cogfeed", **one)
             t4 = self.med("mb_per_s", scenario="jobs", contender="cogfeed", k=4)
-            p1 = self.med_ratio("nginx_bytes", "bytes", scenario="jobs", contender="peer-tuned", k=1)
+            p1 = self.med_ratio("nginx_bytes", "bytes", contender="peer-tuned", **one)
             p4 = self.med_ratio("nginx_bytes", "bytes", scenario="jobs", contender="peer-tuned", k=4)
             if s1:
                 rows.append((f"k=4 store bytes / 1 job, cogfeed, {hi} ms", s4 / s1, -TARGETS["jobs"]))
@@ -394,10 +439,22 @@ class Bench:
                 rows.append((f"k=4 store bytes / 1 job, peer (4 epochs vs 1), {hi} ms", 4 * p4 / p1, None))
             if t1:
                 rows.append((f"k=4 aggregate MB/s / 1 job, cogfeed, {hi} ms", t4 / t1, None))
+            pt1, pt4 = (self.med("mb_per_s", contender="peer-tuned", **one),
+                                   self.med("mb_per_s", scenario="jobs", contender="peer-tuned", k=4))
+            if pt1 and pt4:
+                rows.append((f"k=4 aggregate MB/s / 1 job, peer, {hi} ms", pt4 / pt1, None))
             res["jobs"] = {"cogfeed_store_1": s1, "cogfeed_store_4": s4, "cogfeed_mb_s_1": t1, "cogfeed_mb_s_4": t4,
                            "peer_store_per_byte_1": p1, "peer_store_per_byte_4": p4,
-                           "peer_mb_s_1": self.med("mb_per_s", scenario="jobs", contender="peer-tuned", k=1),
+                           "peer_mb_s_1": self.med("mb_per_s", contender="peer-tuned", **one),
                            "peer_mb_s_4": self.med("mb_per_s", scenario="jobs", contender="peer-tuned", k=4)}
+        if self.pick(scenario="large"):
+            c = self.med("mb_per_s", scenario="large", contender="cogfeed")
+            p = self.med("mb_per_s", scenario="large", contender="peer-tuned")
+            res["large"] = {"cogfeed_random_1024_mb_s": c, "peer_block_1024_mb_s": p,
+                            "cogfeed_cpu_s_per_gb": self.med("cpu_s_per_gb", scenario="large", contender="cogfeed"),
+                            "peer_cpu_s_per_gb": self.med("cpu_s_per_gb", scenario="large", contender="peer-tuned")}
+            if c and p:
+                rows.append((f"cogfeed random 1024 / peer tuned block 1024, {a.main_codec}, {hi} ms", c / p, None))
         if self.pick(scenario="aligned"):
             f = dict(scenario="aligned", contender="cogfeed")
             out = {}
@@ -447,6 +504,14 @@ class Bench:
             print(f"{r['name']:64s} {r['value']:7.2f} {ts:>8s} {ps}")
 
 
+def git_head():
+    try:
+        return subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def children_cpu():
     """CPU seconds of this process's finished children (clients, peers and their workers)."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -471,26 +536,30 @@ def main():
     ap.add_argument("--quick", action="store_true", help="4 scenes, DEFLATE, 0 and 80 ms (about 5 minutes)")
     ap.add_argument("--out", default="cogfeed-bench-results.json")
     ap.add_argument("--data", default=os.environ.get("COGFEED_BENCH_DATA", os.path.expanduser("~/.cache/cogfeed-bench/data")))
-    ap.add_argument("--scenarios", help="comma list of cold,jobs,aligned,prefetch,peersweep (default: all but peersweep)")
+    ap.add_argument("--scenarios", help="comma list of cold,jobs,aligned,large,prefetch,peersweep (default: all but peersweep)")
     ap.add_argument("--compressions", help=f"comma list of {','.join(ALL_CODECS)}")
     ap.add_argument("--latencies", help="one-way ms, comma list (default 0,20,80; quick 0,80)")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, help="repetitions per measurement (default 3; quick 1)")
     ap.add_argument("--scenes", type=int)
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--patch", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--peer-workers", type=int, default=32, help="workers of the peer's tuned config (paper: 64)")
+    ap.add_argument("--peer-workers", type=int, default=64,
+                    help="workers of the peer's tuned config (the paper's 64: also the best here, see peersweep)")
+    ap.add_argument("--peer-workers-large", type=int, default=32,
+                    help="workers of the peer's tuned config with 1024 px windows (the best here, see peersweep)")
     ap.add_argument("--peer-duration", type=float, help="seconds per peer measurement after its first batch")
     ap.add_argument("--no-peer-default", dest="peer_default", action="store_false")
-    ap.add_argument("--wait-idle", type=float, default=60.0,
+    ap.add_argument("--wait-idle", type=float, default=5.0,
                     help="before each repetition, wait up to this many seconds for other work to stop")
     a = ap.parse_args()
     a.scenes = a.scenes or (4 if a.quick else 8)
+    a.reps = a.reps or (1 if a.quick else 3)
     a.compressions = (a.compressions or ("deflate" if a.quick else ",".join(ALL_CODECS))).split(",")
     a.main_codec = a.compressions[0]
     a.latencies = [int(x) for x in (a.latencies or ("0,80" if a.quick else "0,20,80")).split(",")]
-    a.peer_duration = a.peer_duration or (8.0 if a.quick else 10.0)
-    scenarios = (a.scenarios or "cold,jobs,aligned,prefetch").split(",")
+    a.peer_duration = a.peer_duration or 6.0
+    scenarios = (a.scenarios or "cold,jobs,aligned,large,prefetch").split(",")
     b = Bench(a)
     t0 = time.time()
     try:

@@ -22,6 +22,16 @@ ROOT = HERE.parents[1]
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+def die_with_parent():
+    """preexec_fn: the child gets SIGTERM when the benchmark process dies (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -127,7 +137,8 @@ http {{
 """
         (d / "nginx.conf").write_text(conf)
         self.proc = subprocess.Popen([exe, "-p", str(d), "-c", str(d / "nginx.conf")],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     preexec_fn=die_with_parent)
         wait_port(self.port, proc=self.proc)
         return self
 
@@ -178,7 +189,7 @@ class Proxy:
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "delay_proxy.py"), "--listen", "127.0.0.1:0",
              "--upstream", f"127.0.0.1:{self.upstream}", "--delay-ms", str(self.delay_ms)],
-            stdout=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
         line = self.proc.stdout.readline()
         m = re.search(r"listening on [\d.]+:(\d+)", line)
         if not m:
@@ -220,8 +231,10 @@ class Daemon:
         cfg = self.dir / "cogfeed.toml"
         cfg.write_text(self.config())
         self.stderr = open(self.dir / "cogfeed.log", "ab")
-        self.proc = subprocess.Popen([binary("cogfeed"), "serve", "--config", str(cfg)],
-                                     stdout=subprocess.DEVNULL, stderr=self.stderr,
+        exe = binary("cogfeed")
+        self.binary_mtime = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(os.path.getmtime(exe)))
+        self.proc = subprocess.Popen([exe, "serve", "--config", str(cfg)],
+                                     stdout=subprocess.DEVNULL, stderr=self.stderr, preexec_fn=die_with_parent,
                                      env=dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "warn")))
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -1,11 +1,12 @@
 """Smoke test of delay_proxy.py (localhost only, a few seconds): it adds at least N ms each
-way (plus one round trip on connect), keeps bytes intact, and pipelines (latency is added
-once, not once per chunk)."""
+way (plus one round trip on connect), keeps bytes intact, pipelines (latency is added once,
+not once per chunk), and goes idle when a client drops a connection mid-response."""
 
 import hashlib
 import os
 import socket
 import socketserver
+import struct
 import subprocess
 import sys
 import threading
@@ -19,13 +20,35 @@ DELAY_MS = 50
 
 
 class Echo(socketserver.BaseRequestHandler):
+    """Echoes; a connection that starts with exactly b"STREAM" gets a paced 3.2 MB stream."""
+
     def handle(self):
         self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        first = True
         while True:
             data = self.request.recv(1 << 16)
             if not data:
                 return
+            if first and data == b"STREAM":
+                try:
+                    for _ in range(100):  # 3.2 MB over about 0.3 s: no back-pressure
+                        self.request.sendall(bytes(32 * 1024))
+                        time.sleep(0.003)
+                except OSError:
+                    return
+                continue
+            first = False
             self.request.sendall(data)
+
+
+class Proxy:
+    pid = None
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +61,7 @@ def proxy():
                              "--delay-ms", str(DELAY_MS)], stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("listening on"), line
+    Proxy.pid = proc.pid
     yield int(line.rsplit(":", 1)[1])
     proc.terminate()
     proc.wait(10)
@@ -73,7 +97,7 @@ def test_adds_latency_each_way_and_a_handshake(proxy):
         second = time.perf_counter() - t
     assert first >= 4 * d * 0.98, first  # handshake round trip + request + response
     assert second >= 2 * d * 0.98, second
-    assert second < 2 * d + 0.05, second
+    assert second < 2 * d + 1.0, second  # generous: a loaded CI machine is slow, not wrong
 
 
 def test_bytes_intact(proxy):
@@ -100,4 +124,15 @@ def test_pipelined_not_serialised(proxy):
         total = time.perf_counter() - t
     assert got == bytes(range(n))
     # Serialised delays would take n * 2d = 2 s; pipelined: 2d + the sending time.
-    assert total < 2 * d + n * 0.005 + 0.1, total
+    assert total < 1.0, total  # far below n * 2d = 2 s, even on a loaded machine
+
+
+def test_idle_after_client_drops_mid_response(proxy):
+    with connect(proxy) as s:
+        s.sendall(b"STREAM")
+        recv_exact(s, 256 * 1024)  # the response is flowing
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset
+    time.sleep(0.6)  # the server's remaining bytes arrive and are dropped
+    before = cpu_seconds(Proxy.pid)
+    time.sleep(1.0)
+    assert cpu_seconds(Proxy.pid) - before < 0.1, "the proxy keeps spinning on a dead connection"
