@@ -24,6 +24,17 @@ pub struct TileKey {
     pub block: u32,
 }
 
+impl TileKey {
+    pub fn new(object: &Arc<str>, version: &Arc<str>, level: usize, block: usize) -> Self {
+        Self {
+            object: object.clone(),
+            version: version.clone(),
+            level: level as u32,
+            block: block as u32,
+        }
+    }
+}
+
 /// A decoded block, shared by every reader.
 pub type Tile = Arc<Vec<u8>>;
 
@@ -116,12 +127,7 @@ impl TileCache {
         block: usize,
     ) -> TiffResult<Tile> {
         if let Some((cluster, near)) = &self.fleet {
-            let key = TileKey {
-                object: object.clone(),
-                version: version.clone(),
-                level: level as u32,
-                block: block as u32,
-            };
+            let key = TileKey::new(object, version, level, block);
             if let Owner::Peer(peer) = cluster.owner(&key) {
                 return self.get_near(cluster, near, peer, cog, key).await;
             }
@@ -228,12 +234,7 @@ impl TileCache {
         level: usize,
         block: usize,
     ) -> TiffResult<Tile> {
-        let key = TileKey {
-            object: object.clone(),
-            version: version.clone(),
-            level: level as u32,
-            block: block as u32,
-        };
+        let key = TileKey::new(object, version, level, block);
         if let Some(tile) = self.cache.get(&key).await {
             self.hit();
             return Ok(tile);

@@ -4,8 +4,10 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 
+mod common;
+
+use common::inproc::{Daemon, demo_dir, start};
 use std::collections::{BTreeSet, HashSet};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use cogfeed_client::{Batch, Client, pb};
@@ -14,40 +16,6 @@ use cogfeed_server::config::Config;
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::sync::oneshot;
-
-/// Demo data written once for the whole test binary.
-fn demo_dir() -> &'static std::path::Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        cogfeed_server::demo::write_demo(dir.path()).unwrap();
-        dir
-    })
-    .path()
-}
-
-struct Daemon {
-    addr: String,
-    app: App,
-    _stop: oneshot::Sender<()>,
-}
-
-async fn start(config: Config) -> Daemon {
-    let app = App::build(config).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let (tx, rx) = oneshot::channel();
-    let server = app.clone();
-    tokio::spawn(async move {
-        server
-            .serve(listener, async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-    });
-    Daemon { addr, app, _stop: tx }
-}
 
 async fn demo() -> Daemon {
     start(Config::demo(demo_dir())).await

@@ -5,48 +5,16 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 
+mod common;
+
+use common::inproc::{demo_dir, start};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use cogfeed_client::{Client, ClientError, ConnectOptions, pb};
 use cogfeed_server::app::App;
 use cogfeed_server::config::{Config, TlsConfig, TokenConfig};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
-use tokio::sync::oneshot;
-
-fn demo_dir() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        cogfeed_server::demo::write_demo(dir.path()).unwrap();
-        dir
-    })
-    .path()
-}
-
-struct Daemon {
-    addr: String,
-    app: App,
-    _stop: oneshot::Sender<()>,
-}
-
-async fn start(config: Config) -> Daemon {
-    let app = App::build(config).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let (tx, rx) = oneshot::channel();
-    let server = app.clone();
-    tokio::spawn(async move {
-        server
-            .serve(listener, async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-    });
-    Daemon { addr, app, _stop: tx }
-}
 
 fn sha(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 #![allow(dead_code)]
 
+pub mod inproc;
 pub mod servers;
 
 use std::path::PathBuf;
