@@ -531,6 +531,24 @@ def machine():
             "kernel": platform.release(), "mem_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)}
 
 
+def merge(b, path):
+    """Adds the runs of an earlier results file that this invocation did not redo (same
+    scenario, compression and latency; a redone cold run replaces its warm pass too); the
+    tables then cover both, with the earlier file's compressions and latencies."""
+    old = json.loads(Path(path).read_text())
+    group = lambda r: ("cold" if r["scenario"] == "warm" else r["scenario"], r["codec"], r["latency_ms"])  # noqa: E731
+    redone = {group(r) for r in b.results["runs"]}
+    kept = [r for r in old["runs"] if group(r) not in redone]
+    b.results["runs"] = kept + b.results["runs"]
+    b.results["merged"] = {"from": path, "kept_runs": len(kept), "redone": sorted(map(list, redone)),
+                           "earlier_setup": old.get("setup")}
+    a, s = b.a, old.get("setup", {})
+    a.compressions = s.get("compressions", a.compressions)
+    a.main_codec = a.compressions[0]
+    a.latencies = s.get("latencies_ms", a.latencies)
+    log(f"merged {len(kept)} runs from {path}; redone here: {sorted(redone)}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="4 scenes, DEFLATE, 0 and 80 ms (about 5 minutes)")
@@ -550,6 +568,7 @@ def main():
                     help="workers of the peer's tuned config with 1024 px windows (the best here, see peersweep)")
     ap.add_argument("--peer-duration", type=float, help="seconds per peer measurement after its first batch")
     ap.add_argument("--no-peer-default", dest="peer_default", action="store_false")
+    ap.add_argument("--merge", help="an earlier --out file: keep its runs that this invocation does not redo")
     ap.add_argument("--wait-idle", type=float, default=5.0,
                     help="before each repetition, wait up to this many seconds for other work to stop")
     a = ap.parse_args()
@@ -571,6 +590,8 @@ def main():
     finally:
         b.close()
     b.results["elapsed_s"] = time.time() - t0
+    if a.merge:
+        merge(b, a.merge)
     b.summary()
     Path(a.out).write_text(json.dumps(b.results, indent=1))
     b.print_tables()
