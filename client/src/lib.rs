@@ -109,6 +109,8 @@ pub struct Batch {
     pub image: Tensor,
     pub label: Option<Tensor>,
     pub windows: Vec<pb::Window>,
+    /// Samples the server left out under `on_corrupt = "skip"` (the tensors hold the rest).
+    pub skipped: Vec<pb::SkippedSample>,
 }
 
 impl TryFrom<pb::Batch> for Batch {
@@ -125,6 +127,7 @@ impl TryFrom<pb::Batch> for Batch {
             image: Tensor::from_pb(image)?,
             label: b.label.map(Tensor::from_pb).transpose()?,
             windows: b.windows,
+            skipped: b.skipped,
         })
     }
 }
@@ -151,6 +154,17 @@ fn chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     out
+}
+
+/// One failed attempt of a resumable stream to reach its daemon.
+#[derive(Debug)]
+pub struct Retry<'a> {
+    pub address: &'a str,
+    pub error: &'a ClientError,
+    /// Since the first failure of this run of failures.
+    pub failing_for: Duration,
+    /// The stream gives up after failing this long.
+    pub giving_up_after: Duration,
 }
 
 /// How to reach a daemon: bearer token and TLS files.
@@ -391,6 +405,20 @@ impl Client {
         request: pb::StreamBatchesRequest,
         retry_for: Duration,
     ) -> impl futures::Stream<Item = Result<Batch, ClientError>> + use<> {
+        self.stream_resumable_with(request, retry_for, |_: &Retry<'_>| {})
+    }
+
+    /// [`Client::stream_resumable`], telling `on_retry` about each failed attempt (a
+    /// command-line tool says on stderr that it is waiting for the daemon).
+    pub fn stream_resumable_with<F>(
+        &self,
+        request: pb::StreamBatchesRequest,
+        retry_for: Duration,
+        on_retry: F,
+    ) -> impl futures::Stream<Item = Result<Batch, ClientError>> + use<F>
+    where
+        F: Fn(&Retry<'_>) + Send + Sync + 'static,
+    {
         struct State {
             addrs: Vec<String>,
             next: usize,
@@ -401,6 +429,7 @@ impl Client {
             base: u64,
             retry_for: Duration,
             done: bool,
+            on_retry: Box<dyn Fn(&Retry<'_>) + Send + Sync>,
         }
         // Rank r starts on replica r mod n and moves to the next one when its replica fails.
         let n = self.addrs.len().max(1);
@@ -414,6 +443,7 @@ impl Client {
             base: 0,
             retry_for,
             done: false,
+            on_retry: Box::new(on_retry),
         };
         futures::stream::unfold(state, |mut st| async move {
             let mut backoff = Duration::from_millis(100);
@@ -439,6 +469,12 @@ impl Client {
                                 st.done = true;
                                 return Some((Err(e), st));
                             }
+                            (st.on_retry)(&Retry {
+                                address: st.addrs.get(st.next).map(String::as_str).unwrap_or_default(),
+                                error: &e,
+                                failing_for: since.elapsed(),
+                                giving_up_after: st.retry_for,
+                            });
                             // Try the next replica (the same one when there is one).
                             st.next = (st.next + 1) % st.addrs.len().max(1);
                             tokio::time::sleep(backoff).await;

@@ -113,6 +113,9 @@ struct Selection {
     /// Job name (metrics).
     #[arg(long, default_value = "cli")]
     job: String,
+    /// A corrupt tile or missing object: fail or skip its sample (default: the dataset's).
+    #[arg(long, default_value = "")]
+    on_corrupt: String,
 }
 
 impl Selection {
@@ -144,6 +147,7 @@ impl Selection {
             augment: self.augment,
             samples_per_epoch: self.samples_per_epoch,
             prefetch: self.prefetch,
+            on_corrupt: self.on_corrupt.clone(),
         })
     }
 }
@@ -208,7 +212,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Stream { sel, jsonl } => {
             // Survives daemon restarts: reconnects and resumes from the last cursor.
-            let mut stream = Box::pin(client.stream_resumable(sel.request()?, Duration::from_secs(120)));
+            // Say so on stderr while the daemon cannot be reached (first failure, then every 10 s).
+            let last_said = std::sync::Mutex::new(None::<Duration>);
+            let say = move |r: &cogfeed_client::Retry<'_>| {
+                let mut last = last_said.lock().unwrap_or_else(|p| p.into_inner());
+                let due = last.is_none_or(|t| r.failing_for < t || r.failing_for >= t + Duration::from_secs(10));
+                if due {
+                    *last = Some(r.failing_for);
+                    eprintln!(
+                        "daemon at {} unavailable ({}); retrying for {:.0} s more",
+                        r.address,
+                        r.error,
+                        r.giving_up_after.saturating_sub(r.failing_for).as_secs_f64()
+                    );
+                }
+            };
+            let mut stream = Box::pin(client.stream_resumable_with(sel.request()?, Duration::from_secs(120), say));
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             while let Some(batch) = stream.next().await {
@@ -233,6 +252,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         "sha256": sha256(&b.image.data),
                         "label_sha256": b.label.as_ref().map(|l| sha256(&l.data)),
                         "windows": windows,
+                        "padded": b.windows.iter().map(|w| w.padded).collect::<Vec<_>>(),
+                        "skipped": b.skipped.iter().map(|s| serde_json::json!({
+                            "sample": s.sample, "reason": s.reason,
+                        })).collect::<Vec<_>>(),
                     });
                     writeln!(out, "{line}")?;
                 } else {

@@ -1,5 +1,7 @@
-//! Builds the daemon from a `Config` and serves it: gRPC (Feed, health, reflection) on one
-//! listener until the shutdown future resolves.
+//! Builds the daemon from a `Config` and serves it: gRPC (Feed, Peer, health, reflection
+//! v1 and v1alpha) on one listener until the shutdown future resolves, and `/metrics`,
+//! `/healthz`, `/readyz` on another. Every background task watches one cancellation token
+//! ([`App::stop`]), cancelled when serving ends.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -7,25 +9,26 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
 
 use cogfeed_proto::v1::feed_server::FeedServer;
 
-use crate::auth::{Auth, JobSlots};
+use crate::api::auth::{Auth, JobSlots};
+use crate::api::peer::PeerService;
+use crate::api::{FeedService, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, connections, tls};
 use crate::cache::{HeaderCache, TileCache};
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
-use crate::cluster::service::PeerService;
 use crate::cog::OpenOptions;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::memory::MemoryBudget;
 use crate::metrics::Metrics;
-use crate::service::FeedService;
 use crate::storage::{StoreOptions, Stores};
-use crate::tls;
 
-/// Largest gRPC message either way (a batch of 256 patches of 4x512x512 float32 is 1 GiB).
-pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
+/// Bound on the time from the shutdown signal to the end of serving (the README promises
+/// an exit within 10 s; the rest is left for the process to wind down).
+pub const DRAIN: Duration = Duration::from_secs(8);
 
 /// A built daemon: catalog opened, caches ready.
 #[derive(Debug, Clone)]
@@ -49,8 +52,10 @@ pub struct App {
     pub tls: Option<Arc<tls::Reloading>>,
     /// The fleet this replica belongs to, when configured.
     pub cluster: Option<Arc<Cluster>>,
-    /// Look-ahead of all streams beyond their floors.
-    pub prefetch_budget: crate::pipeline::lookahead::Budget,
+    /// Request-sized memory of all calls together.
+    pub memory: MemoryBudget,
+    /// Cancelled when serving ends: every background task watches it.
+    pub stop: CancellationToken,
 }
 
 impl App {
@@ -66,6 +71,12 @@ impl App {
             }
         };
         let metrics = Arc::new(Metrics::new(config.server.max_job_labels));
+        let stop = CancellationToken::new();
+        if config.limits.prefetch_budget_bytes.is_some() {
+            tracing::warn!("limits.prefetch_budget_bytes is ignored: look-ahead draws from limits.memory_budget_bytes");
+        }
+        let memory = MemoryBudget::new(config.limits.memory_budget());
+        metrics.memory_budget_bytes.set(memory.total_bytes() as i64);
         let stores = Arc::new(
             Stores::new(StoreOptions {
                 request_timeout: secs(s.request_timeout_secs, "request_timeout_secs")?,
@@ -90,7 +101,7 @@ impl App {
             Some(c) => {
                 let cluster = Cluster::new(c, Some(metrics.clone()))?;
                 if let Some(dns) = &c.peers_dns {
-                    cluster.watch_dns(dns.clone(), Duration::from_secs_f64(c.refresh_secs));
+                    cluster.watch_dns(dns.clone(), Duration::from_secs_f64(c.refresh_secs), stop.clone());
                 }
                 let near = c.near_cache_bytes.unwrap_or(config.cache.capacity_bytes / 8);
                 cache = cache.with_cluster(cluster.clone(), near);
@@ -101,6 +112,7 @@ impl App {
         let headers = HeaderCache::new(config.cache.header_entries);
         let options = OpenOptions {
             prefix_bytes: s.header_prefix_bytes.max(16),
+            max_window_bytes: config.limits.max_batch_bytes,
             ..Default::default()
         };
         let catalog = Arc::new(Catalog::build(&config.datasets, stores.clone(), headers.clone(), options).await?);
@@ -116,7 +128,8 @@ impl App {
             jobs,
             tls,
             cluster,
-            prefetch_budget: crate::pipeline::lookahead::Budget::new(config.limits.prefetch_budget_bytes),
+            memory,
+            stop,
             config,
         })
     }
@@ -132,7 +145,7 @@ impl App {
             shutdown: self.shutdown.subscribe(),
             auth: self.auth.clone(),
             jobs: self.jobs.clone(),
-            prefetch_budget: self.prefetch_budget.clone(),
+            memory: self.memory.clone(),
         }
     }
 
@@ -148,13 +161,16 @@ impl App {
         let metrics = self.metrics.clone();
         let auth = self.auth.clone();
         let ready = self.metrics.clone();
+        let memory = self.memory.clone();
         let router = axum::Router::new()
             .route(
                 "/metrics",
                 get(move |headers: HeaderMap| {
                     let m = metrics.clone();
                     let auth = auth.clone();
+                    let reserved = memory.total_bytes() - memory.available_bytes();
                     async move {
+                        m.memory_reserved_bytes.set(reserved as i64);
                         let token = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
                         if !auth.metrics_allowed(token) {
                             return (
@@ -197,9 +213,9 @@ impl App {
     }
 
     /// Serves gRPC on `listener` until `shutdown` resolves; then running streams end with
-    /// UNAVAILABLE naming their cursor, and the server stops within 10 s at most.
+    /// UNAVAILABLE naming their cursor, and the server stops within [`DRAIN`] at most.
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
-        self.serve_with_drain(listener, shutdown, Duration::from_secs(10)).await
+        self.serve_with_drain(listener, shutdown, DRAIN).await
     }
 
     /// [`App::serve`] with an explicit bound on the drain after shutdown.
@@ -212,13 +228,20 @@ impl App {
         let (health_reporter, health) = tonic_health::server::health_reporter();
         health_reporter.set_serving::<FeedServer<FeedService>>().await;
         self.metrics.ready.set(1);
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(cogfeed_proto::v1::FILE_DESCRIPTOR_SET)
+        let reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(cogfeed_proto::v1::FILE_DESCRIPTOR_SET)
+        };
+        let reflection_v1 = reflection()
             .build_v1()
+            .map_err(|e| Error::InvalidArgument(format!("reflection: {e}")))?;
+        // grpcio-reflection and older grpcurl still ask v1alpha.
+        let reflection_v1alpha = reflection()
+            .build_v1alpha()
             .map_err(|e| Error::InvalidArgument(format!("reflection: {e}")))?;
         let feed = tonic::service::interceptor::InterceptedService::new(
             FeedServer::new(self.service())
-                .max_decoding_message_size(1 << 20)
+                .max_decoding_message_size(MAX_REQUEST_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             self.auth.interceptor(),
         );
@@ -229,9 +252,9 @@ impl App {
                 auth: self.auth.clone(),
                 metrics: self.metrics.clone(),
             })
-            .max_decoding_message_size(1 << 20)
+            .max_decoding_message_size(MAX_REQUEST_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            self.auth.interceptor(),
+            self.auth.peer_interceptor(),
         );
         let stop = self.shutdown.clone();
         let metrics = self.metrics.clone();
@@ -243,23 +266,36 @@ impl App {
             let _ = stop.send(true);
             let _ = signalled_tx.send(());
         };
+        let limits = &self.config.limits;
         let router = tonic::transport::Server::builder()
             .initial_stream_window_size(Some(8 << 20))
             .initial_connection_window_size(Some(32 << 20))
             .max_frame_size(Some((1 << 20) - 1))
+            .max_concurrent_streams(Some(limits.max_streams_per_connection))
+            .http2_keepalive_interval(Some(limits.keepalive()))
+            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
             .tcp_nodelay(true)
             .add_service(health)
-            .add_service(reflection)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
             .add_service(feed)
             .add_service(peer);
+        let registry = connections::Registry::new(
+            limits.max_connections,
+            limits.idle_timeout(),
+            Some(self.metrics.clone()),
+        );
+        let accepted = connections::accept(listener, registry, self.stop.clone());
         let server: std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send + '_>> =
             match &self.tls {
                 Some(t) => {
-                    t.watch();
-                    Box::pin(router.serve_with_incoming_shutdown(tls::incoming(listener, t.clone()), signalled))
+                    t.watch(self.stop.clone());
+                    Box::pin(router.serve_with_incoming_shutdown(tls::incoming(accepted, t.clone()), signalled))
                 }
-                None => Box::pin(router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), signalled)),
+                None => Box::pin(router.serve_with_incoming_shutdown(accepted, signalled)),
             };
+        // Background tasks end with serving, however it ends.
+        let _stop_tasks = self.stop.clone().drop_guard();
         let bound = async move {
             if signalled_rx.await.is_ok() {
                 tokio::time::sleep(drain).await;

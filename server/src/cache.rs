@@ -13,6 +13,35 @@ use crate::cluster::{Cluster, Owner};
 use crate::cog::{Cog, TiffError, TiffResult};
 use crate::metrics::{Metrics, Timer};
 
+/// One object tiles are read from: its URL (part of the cache key, and the name in the
+/// log), its version (ETag, or size when the store has none) and its opened header.
+#[derive(Debug, Clone)]
+pub struct TileObject {
+    pub url: Arc<str>,
+    pub version: Arc<str>,
+    pub cog: Cog,
+}
+
+impl TileObject {
+    /// The object `url` opened as `cog`; its version from the store's ETag or its size.
+    pub fn new(url: &str, cog: Cog) -> Self {
+        let version = cog
+            .version()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("size-{}", cog.header().object_size));
+        Self {
+            url: Arc::from(url),
+            version: Arc::from(version),
+            cog,
+        }
+    }
+
+    /// The key of block `block` of `level` of this object.
+    pub fn key(&self, level: usize, block: usize) -> TileKey {
+        TileKey::new(&self.url, &self.version, level, block)
+    }
+}
+
 /// Identity of one decoded block.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TileKey {
@@ -116,23 +145,16 @@ impl TileCache {
         self.cache.weighted_size()
     }
 
-    /// Block `block` of `level` of `cog`, from the cache or loaded once (in a fleet: from
-    /// its owner, or from the store when this replica owns it or the owner is gone).
-    pub async fn get(
-        &self,
-        cog: &Cog,
-        version: &Arc<str>,
-        object: &Arc<str>,
-        level: usize,
-        block: usize,
-    ) -> TiffResult<Tile> {
+    /// Block `block` of `level` of `object`, from the cache or loaded once (in a fleet:
+    /// from its owner, or from the store when this replica owns it or the owner is gone).
+    pub async fn get(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile> {
         if let Some((cluster, near)) = &self.fleet {
-            let key = TileKey::new(object, version, level, block);
+            let key = object.key(level, block);
             if let Owner::Peer(peer) = cluster.owner(&key) {
-                return self.get_near(cluster, near, peer, cog, key).await;
+                return self.get_near(cluster, near, peer, &object.cog, key).await;
             }
         }
-        self.get_local(cog, version, object, level, block).await
+        self.get_local(object, level, block).await
     }
 
     /// A tile another replica owns: near cache, else its owner (single-flight), else, when
@@ -224,17 +246,11 @@ impl TileCache {
         Ok(Arc::new(tile))
     }
 
-    /// Block `block` of `level` of `cog` from this replica's main cache, loaded from the
-    /// store once; never asks a peer (what an owner does).
-    pub async fn get_local(
-        &self,
-        cog: &Cog,
-        version: &Arc<str>,
-        object: &Arc<str>,
-        level: usize,
-        block: usize,
-    ) -> TiffResult<Tile> {
-        let key = TileKey::new(object, version, level, block);
+    /// Block `block` of `level` of `object` from this replica's main cache, loaded from
+    /// the store once; never asks a peer (what an owner does).
+    pub async fn get_local(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile> {
+        let cog = &object.cog;
+        let key = object.key(level, block);
         if let Some(tile) = self.cache.get(&key).await {
             self.hit();
             return Ok(tile);

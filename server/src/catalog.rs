@@ -1,17 +1,21 @@
 //! Datasets: their scenes (explicit, listed under a prefix, or from a manifest file), label
 //! pairing, bands, statistics and version (a hash of the scene manifest incl. versions).
 //!
-//! Clients only ever name datasets; every URL comes from the configuration.
+//! Everything about a dataset is checked once, at start-up, in one pass: objects that
+//! cannot be opened, files truncated before their last tile, scenes of another band count
+//! or dtype, labels of another size, dtype or overview count than their scene. Every bad
+//! object is named; `on_bad_object = "skip"` serves the rest. Clients only ever name
+//! datasets; every URL comes from the configuration.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
-use crate::cache::HeaderCache;
+use crate::cache::{HeaderCache, TileObject};
 use crate::cog::{Cog, DType, OpenOptions, RangeReader};
-use crate::config::DatasetConfig;
+use crate::config::{DatasetConfig, OnBadObject, OnCorrupt};
 use crate::error::{Error, Result};
 use crate::storage::Stores;
 
@@ -21,18 +25,10 @@ pub struct Scene {
     pub index: usize,
     /// File name (what clients see).
     pub name: String,
-    pub url: Arc<str>,
-    pub version: Arc<str>,
-    pub cog: Cog,
-    pub label: Option<LabelRaster>,
-}
-
-/// A label raster paired with a scene.
-#[derive(Debug, Clone)]
-pub struct LabelRaster {
-    pub url: Arc<str>,
-    pub version: Arc<str>,
-    pub cog: Cog,
+    /// The scene's object.
+    pub object: TileObject,
+    /// The label raster paired with it (same grid).
+    pub label: Option<TileObject>,
 }
 
 /// A served dataset.
@@ -40,7 +36,7 @@ pub struct LabelRaster {
 pub struct Dataset {
     pub name: String,
     pub scenes: Vec<Scene>,
-    /// 0-based bands served by default.
+    /// 0-based bands served (requests may pick among these only).
     pub bands: Vec<usize>,
     pub dtype: DType,
     pub label_dtype: Option<DType>,
@@ -48,7 +44,10 @@ pub struct Dataset {
     pub mean: Vec<f64>,
     pub std: Vec<f64>,
     pub version: String,
+    /// Overview levels every scene and label has.
     pub levels: usize,
+    /// What a corrupt tile or missing object does to a sample by default.
+    pub on_corrupt: OnCorrupt,
 }
 
 /// Every dataset of the configuration. A dataset whose objects change is re-opened in
@@ -56,6 +55,8 @@ pub struct Dataset {
 #[derive(Debug)]
 pub struct Catalog {
     datasets: RwLock<BTreeMap<String, Arc<Dataset>>>,
+    /// Every scene and label of every dataset by URL (what peers ask for).
+    objects: RwLock<HashMap<Arc<str>, TileObject>>,
     configs: Vec<DatasetConfig>,
     stores: Arc<Stores>,
     headers: HeaderCache,
@@ -63,63 +64,95 @@ pub struct Catalog {
     refreshing: Mutex<HashSet<String>>,
 }
 
-fn version_of(cog: &Cog) -> Arc<str> {
-    Arc::from(
-        cog.version()
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("size-{}", cog.header().object_size)),
-    )
-}
-
 fn stem(url: &str) -> &str {
     let name = url.rsplit('/').next().unwrap_or(url);
     name.rsplit_once('.').map(|(s, _)| s).unwrap_or(name)
 }
 
-async fn open(stores: &Stores, headers: &HeaderCache, url: &str, options: &OpenOptions) -> Result<Cog> {
+async fn open(stores: &Stores, headers: &HeaderCache, url: &str, options: &OpenOptions) -> Result<TileObject> {
     let reader: Arc<dyn RangeReader> = stores.reader(url)?;
-    headers
+    let cog = headers
         .get_or_open(url, Cog::open(reader, options.clone()))
         .await
-        .map_err(|e| Error::tiff(url, e))
+        .map_err(|e| Error::tiff(url, e))?;
+    check_complete(url, &cog)?;
+    Ok(TileObject::new(url, cog))
+}
+
+/// A file cut short (its tile offsets point past its end) is reported when it is opened,
+/// not at the first sample that needs a missing tile.
+fn check_complete(url: &str, cog: &Cog) -> Result<()> {
+    let h = cog.header();
+    for (li, level) in h.levels.iter().enumerate() {
+        for b in 0..level.offsets.len() {
+            if let Some(r) = level.block_range(b)
+                && r.end > h.object_size
+            {
+                return Err(Error::tiff(
+                    url,
+                    crate::cog::TiffError::Malformed(format!(
+                        "truncated file: block {b} of level {li} ends at byte {}, the object has {}",
+                        r.end, h.object_size
+                    )),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Scene headers opened at once while building a dataset.
 const OPEN_CONCURRENCY: usize = 64;
 
-/// Opens a scene and its label raster (checked to be on the same grid).
+/// Opens a scene and its label raster (checked to be on the same grid, with as many
+/// overview levels).
 async fn open_scene(
     c: &DatasetConfig,
     stores: &Stores,
     headers: &HeaderCache,
     options: &OpenOptions,
     url: String,
-) -> Result<(Cog, Option<LabelRaster>)> {
+) -> Result<(TileObject, Option<TileObject>)> {
     let url = url.as_str();
-    let cog = open(stores, headers, url, options).await?;
+    let scene = open(stores, headers, url, options).await?;
     let label = match &c.labels {
         Some(template) => {
             let label_url = template.replace("{stem}", stem(url));
-            let lcog = open(stores, headers, &label_url, options).await?;
-            let (l, s) = (
-                lcog.level(0).map_err(|e| Error::tiff(&label_url, e))?,
-                &cog.header().levels[0],
-            );
-            if (l.width, l.height) != (s.width, s.height) {
+            let label = open(stores, headers, &label_url, options).await?;
+            let (l, s) = (&label.cog.header().levels, &scene.cog.header().levels);
+            if (l[0].width, l[0].height) != (s[0].width, s[0].height) {
                 return Err(Error::InvalidArgument(format!(
                     "label {label_url} is {}x{}, its scene {url} is {}x{}",
-                    l.width, l.height, s.width, s.height
+                    l[0].width, l[0].height, s[0].width, s[0].height
                 )));
             }
-            Some(LabelRaster {
-                url: Arc::from(label_url.as_str()),
-                version: version_of(&lcog),
-                cog: lcog,
-            })
+            if l[0].bands != 1 {
+                return Err(Error::InvalidArgument(format!(
+                    "label {label_url} has {} bands, labels have one",
+                    l[0].bands
+                )));
+            }
+            if l.len() < s.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "label {label_url} has {} overview levels, its scene {url} has {}: \
+                     windows at the missing levels could not be paired",
+                    l.len() - 1,
+                    s.len() - 1
+                )));
+            }
+            for (i, (ll, sl)) in l.iter().zip(s.iter()).enumerate() {
+                if (ll.width, ll.height) != (sl.width, sl.height) {
+                    return Err(Error::InvalidArgument(format!(
+                        "label {label_url} level {i} is {}x{}, its scene's is {}x{}",
+                        ll.width, ll.height, sl.width, sl.height
+                    )));
+                }
+            }
+            Some(label)
         }
         None => None,
     };
-    Ok((cog, label))
+    Ok((scene, label))
 }
 
 impl Catalog {
@@ -135,8 +168,10 @@ impl Catalog {
             let d = Self::dataset(c, &stores, &headers, &options).await?;
             datasets.insert(c.name.clone(), Arc::new(d));
         }
+        let objects = RwLock::new(Self::index(&datasets));
         Ok(Self {
             datasets: RwLock::new(datasets),
+            objects,
             configs: configs.to_vec(),
             stores,
             headers,
@@ -162,7 +197,7 @@ impl Catalog {
         }
         if let Some(old) = self.get(name) {
             for scene in &old.scenes {
-                self.headers.invalidate(&scene.url).await;
+                self.headers.invalidate(&scene.object.url).await;
                 if let Some(l) = &scene.label {
                     self.headers.invalidate(&l.url).await;
                 }
@@ -176,8 +211,26 @@ impl Catalog {
         tracing::info!(dataset = %name, version = %dataset.version, "dataset re-opened after a change");
         if let Ok(mut all) = self.datasets.write() {
             all.insert(name.to_string(), Arc::new(dataset));
+            let index = Self::index(&all);
+            if let Ok(mut objects) = self.objects.write() {
+                *objects = index;
+            }
         }
         Ok(())
+    }
+
+    /// Every object of `datasets` by URL.
+    fn index(datasets: &BTreeMap<String, Arc<Dataset>>) -> HashMap<Arc<str>, TileObject> {
+        let mut objects = HashMap::new();
+        for d in datasets.values() {
+            for s in &d.scenes {
+                objects.insert(s.object.url.clone(), s.object.clone());
+                if let Some(l) = &s.label {
+                    objects.insert(l.url.clone(), l.clone());
+                }
+            }
+        }
+        objects
     }
 
     async fn scene_urls(c: &DatasetConfig, stores: &Stores) -> Result<Vec<String>> {
@@ -209,20 +262,94 @@ impl Catalog {
         if urls.is_empty() {
             return Err(Error::InvalidArgument(format!("dataset {} has no scenes", c.name)));
         }
-        let mut scenes = Vec::with_capacity(urls.len());
-        let mut hasher = Sha256::new();
         // Headers open concurrently (a thousand scenes at 100 ms each would take minutes
-        // one by one); `buffered` keeps the scene order.
+        // one by one); `buffered` keeps the scene order. Every scene is tried, so that one
+        // pass names every bad object.
         // Owned URLs: a stream over borrowed items would make this future's type
         // higher-ranked, and it could no longer be spawned (dataset refresh).
-        let opened: Vec<(Cog, Option<LabelRaster>)> = futures::stream::iter(urls.clone())
+        let opened: Vec<Result<(TileObject, Option<TileObject>)>> = futures::stream::iter(urls.clone())
             .map(|url| open_scene(c, stores, headers, options, url))
             .buffered(OPEN_CONCURRENCY)
-            .try_collect()
-            .await?;
-        for (index, (url, (cog, label))) in urls.iter().zip(opened).enumerate() {
-            let version = version_of(&cog);
-            hasher.update(format!("{url}\t{version}\t{}\n", cog.header().object_size));
+            .collect()
+            .await;
+        let mut good = Vec::with_capacity(urls.len());
+        let mut bad: Vec<String> = Vec::new();
+        for (url, r) in urls.iter().zip(opened) {
+            match r {
+                Ok(pair) => good.push((url, pair)),
+                Err(e) => bad.push(e.to_string()),
+            }
+        }
+        // Every scene must match the first good one; every label the first label.
+        if let Some((_, (first, first_label))) = good.first() {
+            let f = &first.cog.header().levels[0];
+            let (nbands, dtype) = (f.bands, f.dtype);
+            let label_dtype = first_label.as_ref().map(|l| l.cog.header().levels[0].dtype);
+            let first_url = first.url.clone();
+            good.retain(|(url, (scene, label))| {
+                let l = &scene.cog.header().levels[0];
+                if l.bands != nbands || l.dtype != dtype {
+                    bad.push(format!(
+                        "scene {url} has {} bands of {}, the first scene {first_url} {nbands} of {}",
+                        l.bands,
+                        l.dtype.name(),
+                        dtype.name()
+                    ));
+                    return false;
+                }
+                if let (Some(label), Some(want)) = (label, label_dtype) {
+                    let got = label.cog.header().levels[0].dtype;
+                    if got != want {
+                        bad.push(format!(
+                            "label {} is {}, the first scene's label is {}",
+                            label.url,
+                            got.name(),
+                            want.name()
+                        ));
+                        return false;
+                    }
+                }
+                true
+            });
+        }
+        if !bad.is_empty() {
+            for b in &bad {
+                tracing::error!(dataset = %c.name, problem = %b, "bad object");
+            }
+            if c.on_bad_object == OnBadObject::Fail || good.is_empty() {
+                let what = if good.is_empty() {
+                    "no usable scene"
+                } else {
+                    "bad objects"
+                };
+                return Err(Error::InvalidArgument(format!(
+                    "dataset {}: {what} ({} of {}): {}{}",
+                    c.name,
+                    bad.len(),
+                    urls.len(),
+                    bad.join("; "),
+                    if good.is_empty() {
+                        ""
+                    } else {
+                        " (on_bad_object = \"skip\" serves the rest)"
+                    }
+                )));
+            }
+            tracing::warn!(
+                dataset = %c.name,
+                skipped = bad.len(),
+                served = good.len(),
+                "on_bad_object = skip: serving the dataset without its bad objects"
+            );
+        }
+        let mut scenes = Vec::with_capacity(good.len());
+        let mut hasher = Sha256::new();
+        for (index, (url, (object, label))) in good.into_iter().enumerate() {
+            hasher.update(format!(
+                "{url}\t{}\t{}\n",
+                object.version,
+                object.cog.header().object_size
+            ));
             if let Some(l) = &label {
                 hasher.update(format!(
                     "label\t{}\t{}\t{}\n",
@@ -234,28 +361,12 @@ impl Catalog {
             scenes.push(Scene {
                 index,
                 name: url.rsplit('/').next().unwrap_or(url).to_string(),
-                url: Arc::from(url.as_str()),
-                version,
-                cog,
+                object,
                 label,
             });
         }
-        let first = &scenes[0].cog.header().levels[0];
+        let first = &scenes[0].object.cog.header().levels[0];
         let (nbands, dtype) = (first.bands, first.dtype);
-        for s in &scenes {
-            let l = &s.cog.header().levels[0];
-            if l.bands != nbands || l.dtype != dtype {
-                return Err(Error::InvalidArgument(format!(
-                    "dataset {}: scene {} has {} bands of {}, the first scene {} of {}",
-                    c.name,
-                    s.url,
-                    l.bands,
-                    l.dtype.name(),
-                    nbands,
-                    dtype.name()
-                )));
-            }
-        }
         let bands: Vec<usize> = match &c.bands {
             Some(b) => b.iter().map(|&b| b as usize - 1).collect(),
             None => (0..nbands).collect(),
@@ -268,7 +379,11 @@ impl Catalog {
             )));
         }
         let label_dtype = scenes[0].label.as_ref().map(|l| l.cog.header().levels[0].dtype);
-        let levels = scenes.iter().map(|s| s.cog.header().levels.len()).min().unwrap_or(1);
+        let levels = scenes
+            .iter()
+            .map(|s| s.object.cog.header().levels.len())
+            .min()
+            .unwrap_or(1);
         let stat = |v: &Option<Vec<f64>>, default: f64| -> Result<Vec<f64>> {
             match v {
                 None => Ok(vec![default; bands.len()]),
@@ -293,28 +408,16 @@ impl Catalog {
             fill: c.fill,
             version: hex::encode(hasher.finalize())[..16].to_string(),
             levels,
+            on_corrupt: c.on_corrupt,
         })
     }
 
-    /// The dataset called `name`.
-    /// The opened object `url` (a scene or a label of any dataset) with its URL and version.
-    pub fn object(&self, url: &str) -> Option<(crate::cog::Cog, Arc<str>, Arc<str>)> {
-        let datasets = self.datasets.read().ok()?;
-        for d in datasets.values() {
-            for s in &d.scenes {
-                if &*s.url == url {
-                    return Some((s.cog.clone(), s.url.clone(), s.version.clone()));
-                }
-                if let Some(l) = &s.label
-                    && &*l.url == url
-                {
-                    return Some((l.cog.clone(), l.url.clone(), l.version.clone()));
-                }
-            }
-        }
-        None
+    /// The opened object `url` (a scene or a label of any dataset).
+    pub fn object(&self, url: &str) -> Option<TileObject> {
+        self.objects.read().ok()?.get(url).cloned()
     }
 
+    /// The dataset called `name`.
     pub fn get(&self, name: &str) -> Option<Arc<Dataset>> {
         self.datasets.read().ok()?.get(name).cloned()
     }

@@ -274,7 +274,8 @@ impl Default for StoreConfig {
     }
 }
 
-/// `[limits]`: what one request may ask for.
+/// `[limits]`: what one request, one caller and one connection may ask for. Every size a
+/// client chooses is also admitted against `memory_budget_bytes` (see `memory.rs`).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
@@ -282,6 +283,7 @@ pub struct LimitsConfig {
     pub max_patch_size: u32,
     #[serde(default = "default_max_batch")]
     pub max_batch_size: u32,
+    /// Largest batch (and `ReadWindow` response) in bytes.
     #[serde(default = "default_max_batch_bytes")]
     pub max_batch_bytes: u64,
     #[serde(default = "default_max_streams")]
@@ -292,23 +294,69 @@ pub struct LimitsConfig {
     /// Bytes of samples one stream may load ahead (the self-tuned look-ahead's ceiling).
     #[serde(default = "default_max_prefetch_bytes")]
     pub max_prefetch_bytes: u64,
-    /// Bytes all streams together may load ahead beyond their floor of two batches.
-    #[serde(default = "default_prefetch_budget")]
-    pub prefetch_budget_bytes: u64,
-    /// Concurrent streams per token (anonymous callers share one allowance).
-    #[serde(default = "default_max_streams")]
+    /// Memory all request-sized allocations together may hold: streams' batches and
+    /// look-ahead, `ReadWindow` responses (default: a quarter of the machine's or the
+    /// cgroup's memory). The tile caches come on top (`cache.capacity_bytes`).
+    #[serde(default)]
+    pub memory_budget_bytes: Option<u64>,
+    /// Deprecated: look-ahead now draws from `memory_budget_bytes`; accepted and ignored.
+    #[serde(default, skip_serializing)]
+    pub prefetch_budget_bytes: Option<u64>,
+    /// How long a request waits for room in the memory budget before RESOURCE_EXHAUSTED.
+    #[serde(default = "default_admission_wait")]
+    pub admission_wait_secs: f64,
+    /// A stream whose client has read nothing for this long is ended (UNAVAILABLE with
+    /// the cursor to resume from) and its connection closed, freeing its slot and memory.
+    #[serde(default = "default_stall_timeout")]
+    pub stall_timeout_secs: f64,
+    /// Concurrent streams per token, and per anonymous client address.
+    #[serde(default = "default_max_streams_per_token")]
     pub max_streams_per_token: usize,
     /// Concurrent streams per job name.
     #[serde(default = "default_max_streams_per_job")]
     pub max_streams_per_job: usize,
-    /// Calls per second per token (anonymous callers share one allowance); bursts of twice
-    /// as many pass.
+    /// Concurrent calls on one HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS: more
+    /// wait in the client, they are never refused).
+    #[serde(default = "default_max_streams_per_connection")]
+    pub max_streams_per_connection: u32,
+    /// Calls per second per token, and per anonymous client address; bursts of twice as
+    /// many pass. Replica-to-replica calls are exempt.
     #[serde(default = "default_rps")]
     pub requests_per_second: u32,
+    /// Open gRPC connections; at the limit, the connection idle longest is closed to make
+    /// room for a new one.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// A connection whose client sent nothing for this long is closed (live clients answer
+    /// the server's HTTP/2 keepalive pings, every `keepalive_secs`).
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_secs: f64,
+    /// Interval of the server's HTTP/2 keepalive pings (a client that does not answer one
+    /// within 20 s is disconnected).
+    #[serde(default = "default_keepalive")]
+    pub keepalive_secs: f64,
 }
 
-fn default_prefetch_budget() -> u64 {
-    512 << 20
+fn default_admission_wait() -> f64 {
+    10.0
+}
+fn default_stall_timeout() -> f64 {
+    300.0
+}
+fn default_max_streams_per_token() -> usize {
+    64
+}
+fn default_max_streams_per_connection() -> u32 {
+    100
+}
+fn default_max_connections() -> usize {
+    1024
+}
+fn default_idle_timeout() -> f64 {
+    120.0
+}
+fn default_keepalive() -> f64 {
+    30.0
 }
 fn default_max_prefetch_bytes() -> u64 {
     256 << 20
@@ -327,7 +375,7 @@ fn default_max_batch() -> u32 {
     4096
 }
 fn default_max_batch_bytes() -> u64 {
-    1 << 30
+    256 << 20
 }
 fn default_max_streams() -> usize {
     256
@@ -345,12 +393,69 @@ impl Default for LimitsConfig {
             max_streams: default_max_streams(),
             stream_queue_batches: default_queue(),
             max_prefetch_bytes: default_max_prefetch_bytes(),
-            prefetch_budget_bytes: default_prefetch_budget(),
-            max_streams_per_token: default_max_streams(),
+            memory_budget_bytes: None,
+            prefetch_budget_bytes: None,
+            admission_wait_secs: default_admission_wait(),
+            stall_timeout_secs: default_stall_timeout(),
+            max_streams_per_token: default_max_streams_per_token(),
             max_streams_per_job: default_max_streams_per_job(),
+            max_streams_per_connection: default_max_streams_per_connection(),
             requests_per_second: default_rps(),
+            max_connections: default_max_connections(),
+            idle_timeout_secs: default_idle_timeout(),
+            keepalive_secs: default_keepalive(),
         }
     }
+}
+
+impl LimitsConfig {
+    /// The memory budget in bytes (configured, or the machine's default).
+    pub fn memory_budget(&self) -> u64 {
+        self.memory_budget_bytes
+            .unwrap_or_else(crate::memory::default_budget_bytes)
+    }
+
+    fn secs(v: f64) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(v)
+    }
+
+    pub fn admission_wait(&self) -> std::time::Duration {
+        Self::secs(self.admission_wait_secs)
+    }
+
+    pub fn stall_timeout(&self) -> std::time::Duration {
+        Self::secs(self.stall_timeout_secs)
+    }
+
+    pub fn idle_timeout(&self) -> std::time::Duration {
+        Self::secs(self.idle_timeout_secs)
+    }
+
+    pub fn keepalive(&self) -> std::time::Duration {
+        Self::secs(self.keepalive_secs)
+    }
+}
+
+/// What a dataset does with a sample whose tile is corrupt or whose object is missing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnCorrupt {
+    /// The stream ends with DATA_LOSS (or NOT_FOUND) naming the object and tile.
+    #[default]
+    Fail,
+    /// The sample is left out of its batch, counted and logged; deterministic.
+    Skip,
+}
+
+/// What start-up does with a scene or label that cannot be opened or fails its checks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBadObject {
+    /// The daemon does not start; every bad object is listed.
+    #[default]
+    Fail,
+    /// The dataset is served without them; every bad object is logged.
+    Skip,
 }
 
 /// `[[datasets]]`: one named dataset.
@@ -382,6 +487,12 @@ pub struct DatasetConfig {
     /// Per-band standard deviation for normalisation.
     #[serde(default)]
     pub std: Option<Vec<f64>>,
+    /// A corrupt tile or missing object while streaming: `fail` (default) or `skip`.
+    #[serde(default)]
+    pub on_corrupt: OnCorrupt,
+    /// A scene or label that cannot be opened at start-up: `fail` (default) or `skip`.
+    #[serde(default)]
+    pub on_bad_object: OnBadObject,
 }
 
 impl Config {
@@ -428,6 +539,29 @@ impl Config {
         }
         if self.limits.requests_per_second == 0 {
             return bad("limits.requests_per_second must be at least 1".into());
+        }
+        let l = &self.limits;
+        for (name, v) in [
+            ("admission_wait_secs", l.admission_wait_secs),
+            ("stall_timeout_secs", l.stall_timeout_secs),
+            ("idle_timeout_secs", l.idle_timeout_secs),
+            ("keepalive_secs", l.keepalive_secs),
+        ] {
+            if !v.is_finite() || !(0.0..=1e7).contains(&v) || (v == 0.0 && name != "admission_wait_secs") {
+                return bad(format!("limits.{name} must be a positive number of seconds"));
+            }
+        }
+        if l.max_streams_per_connection == 0 || l.max_connections == 0 || l.max_streams == 0 {
+            return bad("limits.max_streams, max_streams_per_connection and max_connections must be at least 1".into());
+        }
+        if l.max_batch_bytes == 0 || l.memory_budget_bytes.is_some_and(|b| b < (1 << 20)) {
+            return bad("limits.max_batch_bytes must be positive and memory_budget_bytes at least 1 MiB".into());
+        }
+        if l.max_batch_bytes > crate::api::MAX_MESSAGE_BYTES as u64 {
+            return bad(format!(
+                "limits.max_batch_bytes must be at most {} (the largest gRPC message)",
+                crate::api::MAX_MESSAGE_BYTES
+            ));
         }
         self.validate_auth()?;
         if let Some(c) = &self.cluster {
@@ -533,6 +667,8 @@ impl Config {
                 fill: 0.0,
                 mean: Some(vec![30000.0; 4]),
                 std: Some(vec![12000.0; 4]),
+                on_corrupt: OnCorrupt::Fail,
+                on_bad_object: OnBadObject::Fail,
             }],
             ..Default::default()
         }

@@ -1,7 +1,9 @@
-//! The crate error: one enum, a small code set, one mapping point for gRPC later.
+//! The crate error: one enum, a small code set, and the one mapping onto gRPC statuses.
 //!
-//! Every message names the object (URL) it concerns. Text is lowercase without a final
-//! period. Internal detail stays in logs; what is here is safe to show a client.
+//! Every message names the object (URL) it concerns, for the log. Clients get
+//! [`Error::client_message`]: the object's name (its file name) instead of its URL, and no
+//! store detail, per the threat model in the README. Text is lowercase without a final
+//! period. Nothing else in the crate builds a `tonic::Status`.
 
 use crate::cog::{ReadError, TiffError};
 
@@ -110,5 +112,113 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The message a client may see: objects by name (never their URL or a server path),
+    /// store failures without the store's own words, internal errors without detail.
+    pub fn client_message(&self) -> String {
+        match self {
+            Error::Tiff { object, source } => {
+                let detail = match source {
+                    TiffError::Read(ReadError::Unavailable(_)) => "store unavailable".to_string(),
+                    TiffError::Read(ReadError::Other(_)) => "read failed".to_string(),
+                    TiffError::Internal(_) => "internal error".to_string(),
+                    other => other.to_string(),
+                };
+                format!("{detail} in {}", object_name(object))
+            }
+            Error::InvalidUrl { .. } => "invalid object url".into(),
+            Error::Io { .. } => "internal error".into(),
+            other => other.to_string(),
+        }
+    }
+
+    /// The gRPC status for this error; internal errors are logged here with their detail.
+    pub fn to_status(&self) -> tonic::Status {
+        status(self.code(), self.client_message(), self)
+    }
+
+    /// [`Error::to_status`] with a context (e.g. the dataset) before the message.
+    pub fn to_status_in(&self, context: &str) -> tonic::Status {
+        status(self.code(), format!("{context}: {}", self.client_message()), self)
+    }
+}
+
+fn status(code: ErrorCode, msg: String, e: &Error) -> tonic::Status {
+    use tonic::Status;
+    match code {
+        ErrorCode::InvalidArgument => Status::invalid_argument(msg),
+        ErrorCode::NotFound => Status::not_found(msg),
+        ErrorCode::FailedPrecondition => Status::failed_precondition(msg),
+        ErrorCode::DataLoss => Status::data_loss(msg),
+        ErrorCode::Unavailable => Status::unavailable(msg),
+        ErrorCode::ResourceExhausted => Status::resource_exhausted(msg),
+        ErrorCode::Unauthenticated => Status::unauthenticated(msg),
+        ErrorCode::PermissionDenied => Status::permission_denied(msg),
+        ErrorCode::Internal => {
+            tracing::error!(error = %e, "internal error");
+            Status::internal("internal error")
+        }
+    }
+}
+
+impl From<Error> for tonic::Status {
+    fn from(e: Error) -> Self {
+        e.to_status()
+    }
+}
+
+impl From<&Error> for tonic::Status {
+    fn from(e: &Error) -> Self {
+        e.to_status()
+    }
+}
+
+/// The name of an object a client may see: the last segment of its URL or path.
+pub fn object_name(url: &str) -> &str {
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    path.trim_end_matches('/').rsplit('/').next().unwrap_or(path)
+}
+
 /// Shorthand for crate results.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_see_object_names_not_urls_or_store_detail() {
+        let e = Error::tiff(
+            "s3://bucket/secret/prefix/scene_07.tif",
+            TiffError::Read(ReadError::Unavailable(
+                "GET https://bucket.s3/secret/prefix: 503".into(),
+            )),
+        );
+        assert_eq!(e.client_message(), "store unavailable in scene_07.tif");
+        assert!(
+            e.to_string().contains("s3://bucket/secret/prefix"),
+            "the log keeps the url"
+        );
+        let corrupt = Error::tiff(
+            "/home/me/.local/share/cogfeed/demo/scene_00.tif",
+            TiffError::CorruptBlock {
+                kind: "tile",
+                index: 5,
+                level: 0,
+                detail: "zstd: bad frame".into(),
+            },
+        );
+        let status = corrupt.to_status_in("dataset demo");
+        assert_eq!(status.code(), tonic::Code::DataLoss);
+        assert_eq!(
+            status.message(),
+            "dataset demo: corrupt tile 5 (level 0): zstd: bad frame in scene_00.tif"
+        );
+        let io = Error::Io {
+            context: "write /etc/x".into(),
+            source: std::io::Error::other("disk"),
+        };
+        assert_eq!(tonic::Status::from(io).message(), "internal error");
+        assert_eq!(object_name("https://h/a/b.tif?sig=secret"), "b.tif");
+    }
+}

@@ -165,6 +165,9 @@ async fn serve(
         .with_context(|| format!("cannot listen on {}", cfg.server.metrics_listen))?;
     let addr = listener.local_addr()?;
     let metrics_addr = metrics_listener.local_addr()?;
+    if let Some(n) = cogfeed_server::api::connections::raise_fd_limit() {
+        tracing::debug!(open_files = n, "file descriptor limit");
+    }
     let app = App::build(cfg).await?;
     for d in app.catalog.all() {
         eprintln!("dataset {}: {} scenes, version {}", d.name, d.scenes.len(), d.version);
@@ -208,6 +211,17 @@ async fn serve(
     Ok(())
 }
 
+/// Writes `text` and a newline to stdout. A reader that went away (`cogfeed inspect x |
+/// head`) is not an error: the output simply ends there.
+fn print_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
 /// SIGINT or SIGTERM.
 async fn wait_for_signal() {
     #[cfg(unix)]
@@ -235,18 +249,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::CheckConfig { file, dump } => {
             let cfg = Config::load(&file)?;
             if dump {
-                print!("{}", toml::to_string(&cfg)?);
+                print_out(toml::to_string(&cfg)?.trim_end())?;
             } else {
-                println!("{}: ok, {} datasets", file.display(), cfg.datasets.len());
+                print_out(&format!("{}: ok, {} datasets", file.display(), cfg.datasets.len()))?;
             }
         }
         Command::DemoData { dir, scenes, size } => {
             let paths = cogfeed_server::demo::write_scenes(&dir, scenes, size)?;
-            println!("wrote {} scenes with labels to {}", paths.len(), dir.display());
+            print_out(&format!(
+                "wrote {} scenes with labels to {}",
+                paths.len(),
+                dir.display()
+            ))?;
         }
         Command::Inspect { url, prefix_bytes } => {
             let cog = open(&url, prefix_bytes).await?;
-            println!("{}", serde_json::to_string_pretty(&inspect::report(&cog))?);
+            let text = serde_json::to_string_pretty(&inspect::report(&cog))?;
+            print_out(&text)?;
         }
         Command::Read {
             url,
@@ -309,8 +328,11 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a terminal: log files and collectors get plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Pretty => logs.init(),
@@ -323,11 +345,14 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let result = runtime.block_on(run(cli));
+    // Tasks still running (streams of clients that never read) do not hold the exit up.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("error: {}", chain.first().cloned().unwrap_or_default());
+            // One line, with every cause: `cannot listen on 127.0.0.1:50051: address in use`.
+            eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -52,6 +52,14 @@ pub struct Metrics {
     pub decode_seconds: HistogramVec,
     pub stage_seconds: HistogramVec,
     pub ready: IntGauge,
+    pub samples_skipped: IntCounterVec,
+    pub streams_stalled: IntCounterVec,
+    pub client_data_wait_seconds: prometheus::CounterVec,
+    pub memory_budget_bytes: IntGauge,
+    pub memory_reserved_bytes: IntGauge,
+    pub admission_refused: IntCounterVec,
+    pub connections_open: IntGauge,
+    pub connections_closed: IntCounterVec,
 }
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -103,7 +111,52 @@ impl Metrics {
         )
         .expect("valid metric");
         r.register(Box::new(starved.clone())).expect("unique metric");
+        let data_wait = prometheus::CounterVec::new(
+            Opts::new(
+                "cogfeed_client_data_wait_seconds_total",
+                "Time training loops waited for data, as their clients report it at each stream open",
+            ),
+            dj,
+        )
+        .expect("valid metric");
+        r.register(Box::new(data_wait.clone())).expect("unique metric");
         Self {
+            samples_skipped: counter_vec(
+                &r,
+                "cogfeed_samples_skipped_total",
+                "Samples left out of their batch under on_corrupt = skip, by reason (corrupt, missing)",
+                &["dataset", "reason"],
+            ),
+            streams_stalled: counter_vec(
+                &r,
+                "cogfeed_stream_stalled_total",
+                "Streams ended because their client read nothing for limits.stall_timeout_secs",
+                dj,
+            ),
+            client_data_wait_seconds: data_wait,
+            memory_budget_bytes: gauge(
+                &r,
+                "cogfeed_memory_budget_bytes",
+                "The daemon-wide budget for request-sized memory (limits.memory_budget_bytes)",
+            ),
+            memory_reserved_bytes: gauge(
+                &r,
+                "cogfeed_memory_reserved_bytes",
+                "Request-sized memory admitted now (streams, look-ahead, ReadWindow)",
+            ),
+            admission_refused: counter_vec(
+                &r,
+                "cogfeed_admission_refused_total",
+                "Calls refused by a limit, by limit (memory, streams, caller, job, rate)",
+                &["limit"],
+            ),
+            connections_open: gauge(&r, "cogfeed_connections_open", "gRPC connections open now"),
+            connections_closed: counter_vec(
+                &r,
+                "cogfeed_connections_closed_total",
+                "gRPC connections closed by the server, by reason (idle, evicted, stalled)",
+                &["reason"],
+            ),
             bytes_sent: counter_vec(
                 &r,
                 "cogfeed_stream_sent_bytes_total",

@@ -204,12 +204,16 @@ impl Plan {
     }
 }
 
-/// Windows needed to cover `size` pixels with `patch`-wide windows every `stride` pixels.
+/// Windows needed to cover `size` pixels with `patch`-wide windows every `stride` pixels:
+/// enough to reach the last pixel, and never one that starts past it (a stride wider than
+/// the patch leaves gaps, it never plans an empty window).
 fn grid_steps(size: u64, patch: u64, stride: u64) -> u64 {
     if size <= patch {
         1
     } else {
-        (size - patch).div_ceil(stride) + 1
+        let to_cover = (size - patch).div_ceil(stride) + 1;
+        let starting_inside = (size - 1) / stride + 1;
+        to_cover.min(starting_inside)
     }
 }
 
@@ -331,6 +335,46 @@ mod tests {
         let last = plan.window(plan.len() - 1);
         assert_eq!((last.col, last.row, last.padded), (900, 300, true));
         assert!(!plan.window(0).padded);
+    }
+
+    #[test]
+    fn a_stride_wider_than_the_scene_plans_no_empty_window() {
+        let plan = Plan::new(
+            PlanSpec {
+                stride: 1024,
+                ..spec(SamplerKind::Grid, 256)
+            },
+            vec![grid(1024, 1024)],
+        )
+        .unwrap();
+        assert_eq!(plan.len(), 1);
+        assert_eq!((plan.window(0).col, plan.window(0).row), (0, 0));
+    }
+
+    proptest::proptest! {
+        /// Every planned grid window starts inside its scene (it holds at least one pixel
+        /// of data), and consecutive windows are one stride apart.
+        #[test]
+        fn every_grid_window_is_readable(
+            patch in 1u32..600,
+            stride in 1u32..1500,
+            w in 1u64..3000,
+            h in 1u64..3000,
+        ) {
+            let plan = Plan::new(PlanSpec { stride, ..spec(SamplerKind::Grid, patch) }, vec![grid(w, h)]).unwrap();
+            proptest::prop_assert!(!plan.is_empty());
+            for i in 0..plan.len().min(5000) {
+                let win = plan.window(i);
+                proptest::prop_assert!(win.col < w && win.row < h, "window {i} at {},{} of {w}x{h}", win.col, win.row);
+                proptest::prop_assert_eq!(win.col % stride as u64, 0);
+                proptest::prop_assert_eq!(win.padded, win.col + patch as u64 > w || win.row + patch as u64 > h);
+            }
+            // The last pixel is covered when the stride does not skip it.
+            if stride <= patch {
+                let last = plan.window(plan.len() - 1);
+                proptest::prop_assert!(last.col + patch as u64 >= w && last.row + patch as u64 >= h);
+            }
+        }
     }
 
     #[test]

@@ -4,21 +4,25 @@ A `Loader` iterates the batches of one rank of one epoch. If the stream breaks w
 UNAVAILABLE (daemon restart, network blip) it reconnects with exponential backoff and resumes
 from the cursor of the last batch it delivered, so nothing is lost or repeated. Other errors
 raise `CogfeedError` with the gRPC status and message.
+
+The Loader's request parameters are the fields of `StreamBatchesRequest`, read from its
+message descriptor: a field added to the proto is a Loader keyword with no edit here.
 """
 
 import os
 import socket
 import time
-from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Iterator, List, Optional
 
 import grpc
 import numpy as np
 
 from ._alloc import keep_large_allocations
 from ._errors import CogfeedError, from_rpc_error
+from ._state import EpochCursor
 from ._tensor import to_numpy
-from ._wire import decode_batch
+from ._wire import SkippedSample, decode_batch
 from .v1 import feed_pb2 as pb
 from .v1 import feed_pb2_grpc as pb_grpc
 
@@ -37,19 +41,25 @@ CHANNEL_OPTIONS = [
     ("grpc.use_local_subchannel_pool", 1),
 ]
 
-_SAMPLERS = {"aligned": pb.SAMPLER_ALIGNED, "random": pb.SAMPLER_RANDOM, "grid": pb.SAMPLER_GRID}
+#: Metadata sent on every stream open: seconds the training loop waited for data since the
+#: loader's previous stream open (the server adds them up per job).
+DATA_WAIT_HEADER = "cogfeed-data-wait-seconds"
 
 
 @dataclass
 class Batch:
-    """One batch: numpy views over the received bytes."""
+    """One batch: numpy views over the received bytes.
+
+    B is batch_size, or fewer when the server skipped unreadable samples (`skipped`).
+    """
 
     image: np.ndarray  # [B, C, H, W]
     label: Optional[np.ndarray]  # [B, H, W] or None
-    windows: np.ndarray  # [B, 6] int64: scene, col, row, width, height, level
+    windows: np.ndarray  # [B, 7] int64: scene, col, row, width, height, level, padded (0/1)
     epoch: int
     index: int  # batch index within this rank's share of the epoch
     cursor: int  # global sample offset after this batch: resume from here
+    skipped: List[SkippedSample] = field(default_factory=list)  # samples left out of this batch
 
 
 def _read(path_or_bytes):
@@ -172,45 +182,57 @@ def replicas(address) -> list:
     return found
 
 
-class Loader:
+def _choices(enum):
+    """An enum's values by short name: {"aligned": SAMPLER_ALIGNED, ...} (UNSPECIFIED left out)."""
+    prefix = enum.values_by_number[0].name[:-len("UNSPECIFIED")]
+    return {v.name[len(prefix):].lower(): v.number for v in enum.values if v.number}
+
+
+#: The request fields, in proto order.
+_FIELDS = pb.StreamBatchesRequest.DESCRIPTOR.fields
+#: Loader defaults that are not the proto's zero value (rank None = 0, world_size None = 1).
+_DEFAULTS = {"job": "python", "sampler": "random", "patch_size": 256, "batch_size": 16, "world_size": 1,
+             "dtype": "native"}
+
+
+def _default(f):
+    if f.name in _DEFAULTS:
+        return _DEFAULTS[f.name]
+    return [] if f.is_repeated else f.default_value
+
+
+class Loader(EpochCursor):
     """Iterates the batches of one rank of one epoch as numpy arrays.
 
-    Parameters mirror `StreamBatchesRequest`. `len()` is the number of batches this loader
-    yields (asked from the server). `state_dict()` / `load_state_dict()` hold epoch and
-    cursor; a loader built with `cursor=` resumes there, also with another world size.
+    Keyword arguments are the fields of `StreamBatchesRequest` (see feed.proto), kept as
+    attributes. Defaults are the proto's zero values except `_DEFAULTS` (sampler "random",
+    patch_size 256, batch_size 16, dtype "native", job "python", world_size 1); None means
+    the default, enums are given by short name (sampler "aligned", "random", "grid"), and an
+    unknown keyword raises TypeError. `on_corrupt` is "" (the dataset's setting), "fail" or
+    "skip" (unreadable samples are left out of their batch and listed in `Batch.skipped`).
+
+    `len()` is the number of batches this loader yields (asked from the server).
+    `state_dict()` / `load_state_dict()` hold epoch and cursor; a loader built with `cursor=`
+    resumes there, also with another world size.
     """
 
-    def __init__(
-        self,
-        address,
-        dataset: str,
-        sampler: str = "random",
-        patch_size: int = 256,
-        batch_size: int = 16,
-        seed: int = 0,
-        epoch: int = 0,
-        labels: bool = False,
-        dtype: str = "native",
-        level: int = 0,
-        bands: Optional[Sequence[int]] = None,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        cursor: int = 0,
-        stride: int = 0,
-        max_batches: int = 0,
-        normalize: bool = False,
-        augment: bool = False,
-        samples_per_epoch: int = 0,
-        prefetch: int = 0,
-        job: str = "python",
-        token: Optional[str] = None,
-        tls=None,
-        reconnect_timeout: float = 120.0,
-    ):
-        if sampler not in _SAMPLERS:
-            raise ValueError(f"unknown sampler {sampler!r} (aligned, random, grid)")
+    def __init__(self, address, dataset: str, *, token: Optional[str] = None, tls=None,
+                 reconnect_timeout: float = 120.0, **fields):
+        known = {f.name for f in _FIELDS}
+        for name in fields:
+            if name not in known:
+                raise TypeError(f"Loader() got an unexpected keyword argument {name!r}")
+        fields["dataset"] = dataset
+        for f in _FIELDS:
+            value = fields.get(f.name)
+            value = _default(f) if value is None else value
+            if f.enum_type is not None and isinstance(value, str) and value not in _choices(f.enum_type):
+                names = ", ".join(_choices(f.enum_type))
+                raise ValueError(f"unknown {f.name} {value!r} ({names})")
+            setattr(self, f.name, list(value) if f.is_repeated else value)
+        super().__init__(self.epoch, self.cursor)
         keep_large_allocations()
-        self.rank = 0 if rank is None else int(rank)
+        self.rank, self.world_size = int(self.rank), int(self.world_size)
         if isinstance(address, Client):
             self.replicas = [address.address]
             self.client = address
@@ -219,51 +241,39 @@ class Loader:
             self.replicas = replicas(address)
             self._replica = self.rank % len(self.replicas)
             self.client = Client(self.replicas[self._replica], token=token, tls=tls)
-        self.dataset = dataset
-        self.sampler = sampler
-        self.patch_size = patch_size
-        self.batch_size = batch_size
-        self.seed = seed
-        self.epoch = epoch
-        self.labels = labels
-        self.dtype = dtype
-        self.level = level
-        self.bands = list(bands or [])
-        self.world_size = 1 if world_size is None else int(world_size)
-        self.cursor = cursor
-        # Where the current pass started from (len() counts from here).
-        self._origin = cursor
-        self._finished = False
-        self.stride = stride
-        self.max_batches = max_batches
-        self.normalize = normalize
-        self.augment = augment
-        self.samples_per_epoch = samples_per_epoch
-        self.prefetch = prefetch
-        self.job = job
         self.reconnect_timeout = reconnect_timeout
         #: Seconds `next()` spent waiting for data (the training loop was starved).
         self.data_wait_seconds = 0.0
+        # The part of it already sent (rounded as sent, so the deltas add up to the total).
+        self._data_wait_sent = 0.0
         #: Reconnections made after UNAVAILABLE.
         self.reconnects = 0
 
     def request(self, cursor=None, max_batches=None):
-        """The `StreamBatchesRequest` for this loader."""
-        return pb.StreamBatchesRequest(
-            dataset=self.dataset, job=self.job, sampler=_SAMPLERS[self.sampler], patch_size=self.patch_size,
-            stride=self.stride, level=self.level, batch_size=self.batch_size, seed=self.seed, epoch=self.epoch,
-            rank=self.rank, world_size=self.world_size,
-            cursor=self.cursor if cursor is None else cursor,
-            max_batches=self.max_batches if max_batches is None else max_batches,
-            bands=self.bands, labels=self.labels, dtype=self.dtype, normalize=self.normalize,
-            augment=self.augment, samples_per_epoch=self.samples_per_epoch, prefetch=self.prefetch,
-        )
+        """The `StreamBatchesRequest` for this loader: every field from its attribute."""
+        values = {}
+        for f in _FIELDS:
+            value = getattr(self, f.name)
+            if f.enum_type is not None and isinstance(value, str):
+                value = _choices(f.enum_type)[value]
+            values[f.name] = value
+        if cursor is not None:
+            values["cursor"] = cursor
+        if max_batches is not None:
+            values["max_batches"] = max_batches
+        return pb.StreamBatchesRequest(**values)
 
-    def __len__(self):
+    def stream_metadata(self):
+        """Metadata for a stream open: the data wait since the previous stream open."""
+        total = round(self.data_wait_seconds, 3)
+        delta, self._data_wait_sent = total - self._data_wait_sent, total
+        return [(DATA_WAIT_HEADER, f"{delta:.3f}")]
+
+    def _count(self, cursor):
         # Each replica at most once: a dead one is skipped, as streams do.
         for attempt in range(len(self.replicas)):
             try:
-                return int(self.client.count(self.request(cursor=self._origin)).batches)
+                return int(self.client.count(self.request(cursor=cursor)).batches)
             except CogfeedError as e:
                 if e.code != grpc.StatusCode.UNAVAILABLE or attempt == len(self.replicas) - 1:
                     raise
@@ -277,25 +287,8 @@ class Loader:
             self.client.address = self.replicas[self._replica]
         self.client.reconnect()
 
-    def state_dict(self):
-        return {"epoch": self.epoch, "cursor": self.cursor}
-
-    def load_state_dict(self, state):
-        self.epoch = int(state["epoch"])
-        self.cursor = self._origin = int(state["cursor"])
-        self._finished = False
-
-    def set_epoch(self, epoch: int):
-        """Starts `epoch` from its beginning."""
-        self.epoch = epoch
-        self.cursor = self._origin = 0
-        self._finished = False
-
     def __iter__(self) -> Iterator[Batch]:
-        if self._finished:
-            # A new pass over the same epoch starts where the previous one started.
-            self.cursor, self._finished = self._origin, False
-        cursor = self.cursor
+        cursor = self._begin()
         delivered = 0
         backoff = 0.1
         failing_since = None
@@ -303,18 +296,18 @@ class Loader:
             remaining = 0 if self.max_batches == 0 else self.max_batches - delivered
             if self.max_batches and remaining <= 0:
                 break
-            extra = [("cogfeed-data-wait-seconds", f"{self.data_wait_seconds:.3f}")] if self.reconnects else []
             base = delivered
             try:
+                request = self.request(cursor=cursor, max_batches=remaining)
                 waiting = time.perf_counter()
-                for raw in self.client.stream_raw(self.request(cursor=cursor, max_batches=remaining), extra):
+                for raw in self.client.stream_raw(request, self.stream_metadata()):
                     self.data_wait_seconds += time.perf_counter() - waiting
                     failing_since = None
                     backoff = 0.1
-                    meta, image, label, windows = decode_batch(raw)
+                    meta, image, label, windows, skipped = decode_batch(raw)
                     batch = Batch(
                         image=image, label=label, windows=windows, epoch=meta["epoch"],
-                        index=base + meta["index"], cursor=meta["cursor"],
+                        index=base + meta["index"], cursor=meta["cursor"], skipped=skipped,
                     )
                     cursor = meta["cursor"]
                     self.cursor = cursor
@@ -333,6 +326,4 @@ class Loader:
                 backoff = min(backoff * 2, 1.0)
                 self._next_replica()
                 self.reconnects += 1
-        # The cursor stays at the end (state_dict says the epoch is done); iterating again
-        # replays the pass.
-        self._finished = True
+        self._end()

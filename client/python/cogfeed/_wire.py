@@ -5,12 +5,36 @@ tensor payloads become numpy arrays over the received bytes object itself (`np.f
 with an offset). This skips protobuf's copy of every payload: measured, it is the largest
 per-byte cost left in Python after the network. The layout is the protobuf wire format of
 `proto/cogfeed/v1/feed.proto`; the tests compare it with the generated parser.
+
+Windows become one int64 row each: scene, col, row, width, height, level, padded (1 when part
+of the window lies outside the scene and was filled, else 0). A batch may hold fewer than
+batch_size samples (none at all included) when the server skipped unreadable ones; those are
+listed as `SkippedSample`s.
 """
+
+from typing import NamedTuple, Tuple
 
 import numpy as np
 
 from ._tensor import numpy_dtype
 from .v1 import feed_pb2 as pb
+
+
+#: Columns of a windows array.
+WINDOW_COLUMNS = ("scene", "col", "row", "width", "height", "level", "padded")
+
+
+class SkippedSample(NamedTuple):
+    """A sample the server left out of its batch (`on_corrupt="skip"`)."""
+
+    sample: int  # global position of the sample in the epoch
+    window: Tuple[int, ...]  # a windows row: scene, col, row, width, height, level, padded
+    reason: str  # "corrupt" (a tile does not decode) or "missing" (an object is gone)
+
+
+def window_row(w):
+    """A `Window` message as a windows row (see WINDOW_COLUMNS)."""
+    return (w.scene, w.col, w.row, w.width, w.height, w.level, int(w.padded))
 
 
 def _varint(buf, pos):
@@ -71,11 +95,12 @@ def _tensor(raw, view, start, end):
 
 
 def decode_batch(raw):
-    """(fields dict, image array, label array or None, windows [B, 6] int64) of a Batch."""
+    """(fields dict, image [B, C, H, W], label [B, H, W] or None, windows [B, 7] int64, list of
+    `SkippedSample`) of a serialized Batch. B may be below batch_size, or 0."""
     view = memoryview(raw)
     meta = {"epoch": 0, "index": 0, "cursor": 0, "batches_in_epoch": 0}
     image = label = None
-    windows = []
+    windows, skipped = [], []
     names = {1: "epoch", 2: "index", 3: "cursor", 7: "batches_in_epoch"}
     for field, wire, value in _fields(view, 0, len(view)):
         if field in names and wire == 0:
@@ -85,8 +110,11 @@ def decode_batch(raw):
         elif field == 5:
             label = _tensor(raw, view, value[0], value[0] + value[1])
         elif field == 6:
-            w = pb.Window.FromString(bytes(view[value[0]:value[0] + value[1]]))
-            windows.append((w.scene, w.col, w.row, w.width, w.height, w.level))
+            windows.append(window_row(pb.Window.FromString(bytes(view[value[0]:value[0] + value[1]]))))
+        elif field == 8:
+            s = pb.SkippedSample.FromString(bytes(view[value[0]:value[0] + value[1]]))
+            skipped.append(SkippedSample(s.sample, window_row(s.window), s.reason))
     if image is None:
         raise ValueError("batch without image")
-    return meta, image, label, np.array(windows, dtype=np.int64).reshape(-1, 6)
+    columns = len(WINDOW_COLUMNS)
+    return meta, image, label, np.array(windows, dtype=np.int64).reshape(-1, columns), skipped

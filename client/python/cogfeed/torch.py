@@ -4,7 +4,8 @@ Use with `DataLoader(ds, batch_size=None, num_workers=0, pin_memory=True)`: the 
 already batches. Rank and world size come from `torch.distributed` when it is initialised,
 else from the `RANK` / `WORLD_SIZE` environment variables. With `num_workers > 0` each worker
 takes its own share of the rank's samples (worker w of n acts as rank `rank * n + w` of
-`world * n`), so nothing is duplicated.
+`world * n`), so nothing is duplicated. Epoch and cursor (`state_dict`, `set_epoch`, `len`)
+are kept by `EpochCursor`, as for `Loader`.
 """
 
 import os
@@ -14,6 +15,7 @@ import torch
 import torch.utils.data
 
 from ._client import Loader
+from ._state import EpochCursor
 
 
 def _rank_world():
@@ -27,42 +29,29 @@ def _tensor(array, bfloat16=False):
     with warnings.catch_warnings():
         # The received bytes are read-only; training does not write into its inputs.
         warnings.simplefilter("ignore", UserWarning)
-        if bfloat16:
-            return torch.frombuffer(array.data, dtype=torch.bfloat16).view(array.shape)
-        return torch.from_numpy(array)
+        if not bfloat16:
+            return torch.from_numpy(array)
+        if array.size == 0:
+            # A batch whose samples were all skipped: torch.frombuffer refuses empty buffers.
+            return torch.empty(array.shape, dtype=torch.bfloat16)
+        return torch.frombuffer(array.data, dtype=torch.bfloat16).view(array.shape)
 
 
-class StreamDataset(torch.utils.data.IterableDataset):
-    """Batches of one dataset as dicts of tensors: image [B, C, H, W], label [B, H, W],
-    windows [B, 6], epoch, index, cursor."""
+class StreamDataset(EpochCursor, torch.utils.data.IterableDataset):
+    """Batches of one dataset as dicts of tensors: image [B, C, H, W], label [B, H, W] or None,
+    windows [B, 7] int64 (scene, col, row, width, height, level, padded 0/1), epoch, index,
+    cursor, and skipped (list of `cogfeed.SkippedSample`). B is below batch_size, even 0,
+    when the server skipped unreadable samples (`on_corrupt="skip"`)."""
 
     def __init__(self, address, dataset, **loader_args):
-        super().__init__()
         for k in ("rank", "world_size"):
             if k in loader_args:
                 raise TypeError(f"{k} comes from torch.distributed or RANK/WORLD_SIZE")
+        EpochCursor.__init__(self, loader_args.pop("epoch", 0), loader_args.pop("cursor", 0))
         self.address = address
         self.dataset = dataset
-        self.epoch = int(loader_args.pop("epoch", 0))
-        self.cursor = int(loader_args.pop("cursor", 0))
-        # Where the current pass starts (len() counts from here).
-        self._origin = self.cursor
-        self._finished = False
         self.loader_args = loader_args
         self._dtype = loader_args.get("dtype", "native")
-
-    def set_epoch(self, epoch):
-        self.epoch = int(epoch)
-        self.cursor = self._origin = 0
-        self._finished = False
-
-    def state_dict(self):
-        return {"epoch": self.epoch, "cursor": self.cursor}
-
-    def load_state_dict(self, state):
-        self.epoch = int(state["epoch"])
-        self.cursor = self._origin = int(state["cursor"])
-        self._finished = False
 
     def _loader(self, cursor):
         rank, world = _rank_world()
@@ -72,13 +61,11 @@ class StreamDataset(torch.utils.data.IterableDataset):
         return Loader(self.address, self.dataset, rank=rank, world_size=world, epoch=self.epoch,
                       cursor=cursor, **self.loader_args)
 
-    def __len__(self):
-        return len(self._loader(self._origin))
+    def _count(self, cursor):
+        return len(self._loader(cursor))
 
     def __iter__(self):
-        if self._finished:
-            self.cursor, self._finished = self._origin, False
-        loader = self._loader(self.cursor)
+        loader = self._loader(self._begin())
         for b in loader:
             self.cursor = b.cursor
             yield {
@@ -88,5 +75,6 @@ class StreamDataset(torch.utils.data.IterableDataset):
                 "epoch": b.epoch,
                 "index": b.index,
                 "cursor": b.cursor,
+                "skipped": b.skipped,
             }
-        self._finished = True
+        self._end()

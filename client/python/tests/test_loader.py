@@ -35,7 +35,8 @@ def test_batches_equal_the_rust_clients(daemon, rust_client):
         assert hashlib.sha256(p.image.tobytes()).hexdigest() == r["sha256"]
         assert hashlib.sha256(p.label.tobytes()).hexdigest() == r["label_sha256"]
         assert (p.epoch, p.index, p.cursor) == (r["epoch"], r["index"], r["cursor"])
-        assert p.windows.tolist() == r["windows"]
+        # The Rust client prints 6 columns; the 7th here is `padded`.
+        assert p.windows[:, :6].tolist() == r["windows"]
 
 
 def test_shapes_dtypes_and_zero_copy(daemon):
@@ -54,6 +55,17 @@ def test_labels_match_images(daemon):
                             augment=True)
     for b in loader:
         assert np.array_equal(b.label, (b.image[:, 0] // LABEL_DIV).astype(np.uint8))
+
+
+def test_grid_windows_keep_padded(daemon):
+    with cogfeed.Client(daemon.address) as c:
+        sizes = {s.index: (s.levels[0].width, s.levels[0].height) for s in c.describe("demo").scenes}
+    loader = cogfeed.Loader(daemon.address, "demo", sampler="grid", patch_size=300, batch_size=4)
+    windows = np.concatenate([b.windows for b in loader])
+    assert windows.shape[1] == len(cogfeed.WINDOW_COLUMNS) == 7
+    leaves = [int(col + w > sizes[s][0] or row + h > sizes[s][1]) for s, col, row, w, h, _, _ in windows.tolist()]
+    assert windows[:, 6].tolist() == leaves
+    assert 0 < sum(leaves) < len(leaves), "the grid should have padded and whole windows"
 
 
 def test_two_ranks_make_one_epoch(daemon):

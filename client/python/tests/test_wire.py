@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from cogfeed import SkippedSample
 from cogfeed._wire import decode_batch
 from cogfeed.v1 import feed_pb2 as pb
 
@@ -22,17 +23,56 @@ def test_matches_protobuf():
         arr = (rng.random((2, 3, 5, 7)) * 100).astype(np_dtype)
         label = (rng.random((2, 5, 7)) * 8).astype(np.uint8)
         raw = make(dtype, arr, label)
-        meta, image, lab, windows = decode_batch(raw)
+        meta, image, lab, windows, skipped = decode_batch(raw)
         assert meta == {"epoch": 3, "index": 7, "cursor": 99, "batches_in_epoch": 12}
         assert image.dtype == np_dtype and np.array_equal(image, arr)
         assert np.array_equal(lab, label)
-        assert windows.tolist() == [[1, 2, 3, 4, 5, 0], [300, 1 << 40, 0, 256, 256, 1]]
+        # The 7th column is Window.padded.
+        assert windows.tolist() == [[1, 2, 3, 4, 5, 0, 1], [300, 1 << 40, 0, 256, 256, 1, 0]]
+        assert skipped == []
 
 
 def test_zero_copy_and_no_label():
     arr = np.arange(4 * 64 * 64, dtype=np.uint16).reshape(1, 4, 64, 64)
     raw = make("uint16", arr)
-    _, image, lab, _ = decode_batch(raw)
+    _, image, lab, _, _ = decode_batch(raw)
     assert lab is None
     if image.flags.aligned:
         assert image.base is not None and not image.flags.owndata
+
+
+def skipping_batch(n, skipped):
+    """A Batch of n samples of [2, 3, 4] uint16 from which `skipped` samples were left out."""
+    arr = np.arange(n * 2 * 3 * 4, dtype=np.uint16).reshape(n, 2, 3, 4)
+    label = np.zeros((n, 3, 4), dtype=np.uint8)
+    b = pb.Batch(epoch=1, index=2, cursor=40,
+                 image=pb.Tensor(dtype="uint16", shape=list(arr.shape), data=arr.tobytes()),
+                 label=pb.Tensor(dtype="uint8", shape=list(label.shape), data=label.tobytes()))
+    for i in range(n):
+        b.windows.add(scene=0, col=4 * i, row=0, width=4, height=3)
+    for i in range(skipped):
+        b.skipped.add(sample=30 + i, window=pb.Window(scene=2, col=i, row=5, width=4, height=3, padded=i == 0),
+                      reason="corrupt" if i else "missing")
+    return arr, b
+
+
+def test_a_batch_with_skipped_samples():
+    arr, b = skipping_batch(3, 2)
+    meta, image, label, windows, skipped = decode_batch(b.SerializeToString())
+    assert image.shape == (3, 2, 3, 4) and np.array_equal(image, arr) and label.shape == (3, 3, 4)
+    assert windows.shape == (3, 7) and windows[:, 1].tolist() == [0, 4, 8]
+    assert skipped == [SkippedSample(30, (2, 0, 5, 4, 3, 0, 1), "missing"),
+                       SkippedSample(31, (2, 1, 5, 4, 3, 0, 0), "corrupt")]
+    assert skipped[1].reason == "corrupt" and skipped[1].window[0] == 2
+
+
+def test_a_batch_with_no_sample_left():
+    _, b = skipping_batch(0, 4)
+    raw = b.SerializeToString()
+    assert pb.Batch.FromString(raw).image.data == b""
+    meta, image, label, windows, skipped = decode_batch(raw)
+    assert meta["cursor"] == 40
+    assert image.shape == (0, 2, 3, 4) and image.dtype == np.uint16
+    assert label.shape == (0, 3, 4) and label.dtype == np.uint8
+    assert windows.shape == (0, 7) and windows.dtype == np.int64
+    assert [s.sample for s in skipped] == [30, 31, 32, 33]

@@ -5,7 +5,6 @@
 //! waits on a dead replica.
 
 pub mod ring;
-pub mod service;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -246,9 +245,11 @@ impl Cluster {
         match result {
             Ok(r) => Ok(Arc::new(r.data.to_vec())),
             Err(s) => {
-                // A stale version is the requester's or the owner's catalog lagging, not a
-                // dead peer.
-                if s.code() != tonic::Code::FailedPrecondition && s.code() != tonic::Code::NotFound {
+                // A peer that refused (stale object, missing tile, or a limit of its own) is up.
+                if !matches!(
+                    s.code(),
+                    tonic::Code::FailedPrecondition | tonic::Code::NotFound | tonic::Code::ResourceExhausted
+                ) {
                     self.mark_down(peer);
                 }
                 Err(s)
@@ -256,13 +257,17 @@ impl Cluster {
         }
     }
 
-    /// Re-resolves `name` (`host:port`) every `every` and makes its addresses the members.
-    pub fn watch_dns(self: &Arc<Self>, name: String, every: Duration) {
+    /// Re-resolves `name` (`host:port`) every `every` and makes its addresses the members,
+    /// until `stop`.
+    pub fn watch_dns(self: &Arc<Self>, name: String, every: Duration, stop: tokio_util::sync::CancellationToken) {
         let this = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
                 match tokio::net::lookup_host(name.as_str()).await {
                     Ok(addrs) => {
                         let members: Vec<String> = addrs.map(|a| a.to_string()).collect();

@@ -6,6 +6,8 @@ use zune_jpeg::JpegDecoder;
 use zune_jpeg::zune_core::colorspace::ColorSpace;
 use zune_jpeg::zune_core::options::DecoderOptions;
 
+use lerc_core::PixelData;
+
 use super::codec;
 use super::dtype::DType;
 
@@ -153,62 +155,70 @@ pub fn decode_lerc(data: &[u8], extra: u64, dtype: DType, shape: BlockShape, lim
         }
         other => return Err(format!("lerc: unknown additional compression {other}")),
     };
-    let info = lerc::get_blob_info(blob).map_err(|e| format!("lerc: {e:?}"))?;
-    let (w, h, depth, bands) = (
-        info.width as usize,
-        info.height as usize,
-        info.depth as usize,
-        info.bands as usize,
-    );
-    if w != shape.cols || h != shape.rows || depth * bands != shape.samples {
+    // Sizes come from the blob's header and are checked against the block before any
+    // pixel is decoded, so a hostile blob cannot make us allocate more than the block.
+    let first = lerc_reader::inspect_first(blob).map_err(|e| format!("lerc: {e}"))?;
+    let bands = lerc_reader::get_band_count(blob).map_err(|e| format!("lerc: {e}"))?;
+    let (w, h, depth) = (first.width as usize, first.height as usize, first.depth as usize);
+    if w != shape.cols || h != shape.rows || depth.saturating_mul(bands) != shape.samples {
         return Err(format!(
             "lerc: blob of {w}x{h}x{depth}x{bands} in a block of {}x{}x{}",
             shape.cols, shape.rows, shape.samples
         ));
     }
-    let masks = info.masks as usize;
-    macro_rules! run {
-        ($t:ty, $nan:expr) => {{
-            let (values, mask) =
-                lerc::decode::<$t>(blob, w, h, depth, bands, masks).map_err(|e| format!("lerc: {e:?}"))?;
-            let mut values = values;
-            if let (Some(mask), Some(nan)) = (mask, $nan) {
+    let decoded = lerc_reader::decode_band_set(blob).map_err(|e| format!("lerc: {e}"))?;
+    let (_, planes, masks) = decoded.into_parts();
+    let es = dtype.size();
+    let plane_values = w * h * depth;
+    let mut out = vec![0u8; plane_values * bands * es];
+    for (b, (plane, mask)) in planes.into_iter().zip(masks).enumerate() {
+        let bytes: Vec<u8> = match (dtype, plane) {
+            (DType::U8, PixelData::U8(v)) => v,
+            (DType::I8, PixelData::I8(v)) => bytemuck::cast_slice(&v).to_vec(),
+            (DType::U16, PixelData::U16(v)) => bytemuck::cast_slice(&v).to_vec(),
+            (DType::I16, PixelData::I16(v)) => bytemuck::cast_slice(&v).to_vec(),
+            (DType::U32, PixelData::U32(v)) => bytemuck::cast_slice(&v).to_vec(),
+            (DType::I32, PixelData::I32(v)) => bytemuck::cast_slice(&v).to_vec(),
+            (DType::F32, PixelData::F32(mut v)) => {
                 // Invalid pixels of float rasters read as NaN, as libtiff reports them.
-                for (p, &valid) in mask.iter().take(w * h).enumerate() {
-                    if valid == 0 {
-                        for s in 0..depth {
-                            values[p * depth + s] = nan;
-                        }
-                    }
-                }
+                mask_with(&mut v, mask.as_deref(), depth, f32::NAN);
+                bytemuck::cast_slice(&v).to_vec()
             }
-            bytemuck::cast_slice::<$t, u8>(&values).to_vec()
-        }};
-    }
-    let bytes = match dtype {
-        DType::U8 => run!(u8, None::<u8>),
-        DType::I8 => run!(i8, None::<i8>),
-        DType::U16 => run!(u16, None::<u16>),
-        DType::I16 => run!(i16, None::<i16>),
-        DType::U32 => run!(u32, None::<u32>),
-        DType::I32 => run!(i32, None::<i32>),
-        DType::F32 => run!(f32, Some(f32::NAN)),
-        DType::F64 => run!(f64, Some(f64::NAN)),
-        other => return Err(format!("lerc: sample type {} not supported", other.name())),
-    };
-    if bands > 1 {
+            (DType::F64, PixelData::F64(mut v)) => {
+                mask_with(&mut v, mask.as_deref(), depth, f64::NAN);
+                bytemuck::cast_slice(&v).to_vec()
+            }
+            (want, got) => {
+                return Err(format!(
+                    "lerc: blob of {} samples in a block of {}",
+                    got.data_type().name(),
+                    want.name()
+                ));
+            }
+        };
+        if bytes.len() != plane_values * es {
+            return Err(format!("lerc: band {b} decoded to {} bytes", bytes.len()));
+        }
+        if bands == 1 {
+            return Ok(bytes);
+        }
         // LERC stores bands one after another; TIFF blocks interleave them.
-        let es = dtype.size();
-        let mut out = vec![0u8; bytes.len()];
-        let plane = w * h;
-        for b in 0..bands {
-            for p in 0..plane {
-                let s = (b * plane + p) * es;
-                let d = (p * bands + b) * es;
-                out[d..d + es].copy_from_slice(&bytes[s..s + es]);
+        for p in 0..plane_values {
+            let d = (p * bands + b) * es;
+            out[d..d + es].copy_from_slice(&bytes[p * es..(p + 1) * es]);
+        }
+    }
+    Ok(out)
+}
+
+/// Sets every sample of the pixels `mask` marks invalid to `nan`.
+fn mask_with<T: Copy>(values: &mut [T], mask: Option<&[u8]>, depth: usize, nan: T) {
+    let Some(mask) = mask else { return };
+    for (p, &valid) in mask.iter().enumerate() {
+        if valid == 0 {
+            for v in values.iter_mut().skip(p * depth).take(depth) {
+                *v = nan;
             }
         }
-        return Ok(out);
     }
-    Ok(bytes)
 }

@@ -85,6 +85,11 @@ pub struct Cog {
 }
 
 impl Cog {
+    /// The largest window (in bytes) this object's reads may produce.
+    pub fn max_window_bytes(&self) -> u64 {
+        self.options.max_window_bytes
+    }
+
     /// Reads and validates the header.
     pub async fn open(reader: Arc<dyn RangeReader>, options: OpenOptions) -> TiffResult<Self> {
         let prefix = reader.read_prefix(options.prefix_bytes).await?;

@@ -17,9 +17,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
-use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use crate::memory::{MemoryBudget, Reservation};
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 
@@ -39,35 +38,11 @@ pub enum Depth {
     Adaptive { min: usize, max: usize },
 }
 
-/// Look-ahead beyond the floors of all streams together, in KiB: a saturated CPU makes
-/// every load slow and every stream want to look further ahead, which would only hold more
-/// memory; the budget bounds that.
-#[derive(Debug, Clone)]
-pub struct Budget {
-    kib: Arc<Semaphore>,
-}
-
-impl Budget {
-    pub fn new(bytes: u64) -> Self {
-        let kib = usize::try_from(bytes / 1024)
-            .unwrap_or(usize::MAX)
-            .min(Semaphore::MAX_PERMITS);
-        Self {
-            kib: Arc::new(Semaphore::new(kib)),
-        }
-    }
-
-    /// KiB of the budget not in use now.
-    pub fn available_bytes(&self) -> u64 {
-        self.kib.available_permits() as u64 * 1024
-    }
-}
-
 /// A spawned load, aborted when dropped (the stream went away), holding its share of the
 /// budget until its output is taken.
 struct Load<T> {
     task: JoinHandle<(T, Duration)>,
-    _budget: Option<OwnedSemaphorePermit>,
+    _budget: Option<Reservation>,
 }
 
 impl<T> Future for Load<T> {
@@ -96,8 +71,9 @@ pub struct Lookahead<I, T> {
     interval: Option<f64>,
     last_pull: Option<Instant>,
     deepest: usize,
-    /// The shared budget and one sample's size in KiB, for loads beyond the floor.
-    budget: Option<(Budget, u32)>,
+    /// The daemon's memory budget, one sample's size in bytes, and the loads the stream
+    /// reserved up front: loads beyond those take their memory from the budget.
+    budget: Option<(MemoryBudget, u64, usize)>,
 }
 
 impl<I, F, T> Lookahead<I, T>
@@ -124,11 +100,12 @@ where
         }
     }
 
-    /// Loads beyond the floor take `sample_bytes` each from `budget` while they are in flight;
-    /// none are started when it is spent.
-    pub fn with_budget(mut self, budget: Budget, sample_bytes: u64) -> Self {
-        let kib = u32::try_from(sample_bytes.div_ceil(1024)).unwrap_or(u32::MAX).max(1);
-        self.budget = Some((budget, kib));
+    /// Loads beyond the first `reserved` (memory the stream reserved when it opened) take
+    /// `sample_bytes` each from `budget` while they are in flight; none are started when it
+    /// is spent. This holds for a fixed depth too: a client's `prefetch` is a wish, not a
+    /// reservation.
+    pub fn with_budget(mut self, budget: MemoryBudget, sample_bytes: u64, reserved: usize) -> Self {
+        self.budget = Some((budget, sample_bytes.max(1), reserved.max(1)));
         self
     }
 
@@ -152,15 +129,11 @@ where
             });
         }
         self.retarget();
-        let floor = match self.depth {
-            Depth::Fixed(n) => n,
-            Depth::Adaptive { min, .. } => min,
-        };
         while self.pending.len() < self.target {
             let permit = match &self.budget {
-                Some((b, kib)) if self.pending.len() >= floor => match b.kib.clone().try_acquire_many_owned(*kib) {
-                    Ok(p) => Some(p),
-                    Err(_) => break,
+                Some((b, bytes, reserved)) if self.pending.len() >= *reserved => match b.try_reserve(*bytes) {
+                    Some(p) => Some(p),
+                    None => break,
                 },
                 _ => None,
             };
@@ -237,12 +210,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_shared_budget_caps_depth_beyond_the_floor() {
         // Room for 10 samples of 1 MiB beyond the floor of 8.
-        let budget = Budget::new(10 << 20);
+        let budget = MemoryBudget::new(10 << 20);
         let mut la = Lookahead::new(
             loads(500, Duration::from_millis(100)),
             Depth::Adaptive { min: 8, max: 512 },
         )
-        .with_budget(budget.clone(), 1 << 20);
+        .with_budget(budget.clone(), 1 << 20, 8);
         let mut most_in_use = 0;
         while let Some(i) = la.next().await {
             i.unwrap();

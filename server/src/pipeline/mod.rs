@@ -2,10 +2,13 @@
 //! batch → bounded queue.
 //!
 //! Samples are loaded with an ordered, bounded look-ahead sized by Little's law
-//! ([`lookahead`]), so concurrency never changes what a client receives; stitching and transforms run on the CPU pool; the queue
-//! towards the client holds at most `queue` batches, so a slow client never grows server
-//! memory beyond it. When the client goes away the queue closes and the task ends, dropping
-//! everything in flight.
+//! ([`lookahead`]), so concurrency never changes what a client receives; stitching and
+//! transforms run on the CPU pool; the queue towards the client holds at most `queue`
+//! batches, so a slow client never grows server memory beyond it, and a client that reads
+//! nothing for `stall_timeout` ends its stream. When the client goes away the queue closes
+//! and the task ends, dropping everything in flight. Under `on_corrupt = skip` a sample
+//! whose data is corrupt or missing is left out of its batch and reported with it: the
+//! skip depends only on the data, so every run skips the same samples.
 
 pub mod lookahead;
 pub mod patch;
@@ -19,7 +22,9 @@ use tokio::sync::mpsc;
 use crate::cache::TileCache;
 use crate::catalog::Dataset;
 use crate::cog::{TiffError, on_cpu_pool};
-use crate::error::Error;
+use crate::config::OnCorrupt;
+use crate::error::{Error, ErrorCode};
+use crate::memory::MemoryBudget;
 use crate::metrics::{Metrics, Timer};
 use crate::sampler::{Plan, Share, WindowSpec};
 use transform::{Orientation, OutType, Transform, cast_plane, orient};
@@ -42,6 +47,28 @@ pub struct BatchOut {
     pub image: TensorOut,
     pub label: Option<TensorOut>,
     pub windows: Vec<WindowSpec>,
+    /// Samples left out under `on_corrupt = skip`.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A sample left out of its batch because its data could not be read.
+#[derive(Debug, Clone)]
+pub struct Skipped {
+    /// Global position in the epoch.
+    pub sample: u64,
+    pub window: WindowSpec,
+    /// `corrupt` or `missing`.
+    pub reason: &'static str,
+}
+
+/// Why a failed sample may be skipped (None: the error ends the stream whatever the
+/// policy, e.g. a store that is down, which is not a property of the data).
+fn skip_reason(e: &Error) -> Option<&'static str> {
+    match e.code() {
+        ErrorCode::DataLoss => Some("corrupt"),
+        ErrorCode::NotFound => Some("missing"),
+        _ => None,
+    }
 }
 
 /// Everything one stream needs.
@@ -61,8 +88,13 @@ pub struct StreamJob {
     pub metrics: Option<Arc<Metrics>>,
     /// Becomes true when the daemon shuts down: the stream ends with UNAVAILABLE.
     pub shutdown: Option<tokio::sync::watch::Receiver<bool>>,
-    /// The daemon-wide look-ahead budget and one sample's size in bytes.
-    pub budget: Option<(lookahead::Budget, u64)>,
+    /// The daemon-wide memory budget, one sample's size in bytes, and the loads the stream
+    /// reserved memory for when it opened (look-ahead beyond them takes from the budget).
+    pub budget: Option<(MemoryBudget, u64, usize)>,
+    /// What a corrupt tile or a missing object does to its sample.
+    pub on_corrupt: OnCorrupt,
+    /// A client that takes no batch for this long ends the stream (None: never).
+    pub stall_timeout: Option<std::time::Duration>,
 }
 
 impl StreamJob {
@@ -88,20 +120,12 @@ async fn load_sample(job: &StreamJob, cache: &TileCache, i: u64) -> Result<Sampl
     let ds = &job.dataset;
     let window = job.plan.window(i);
     let scene = &ds.scenes[window.scene as usize];
-    let image = patch::fetch_region(
-        cache,
-        &scene.cog,
-        &scene.url,
-        &scene.version,
-        window,
-        &job.bands,
-        ds.fill,
-    )
-    .await
-    .map_err(|e| Error::tiff(scene.url.as_ref(), e))?;
+    let image = patch::fetch_region(cache, &scene.object, window, &job.bands, ds.fill)
+        .await
+        .map_err(|e| Error::tiff(scene.object.url.as_ref(), e))?;
     let label = match (&scene.label, job.labels) {
         (Some(l), true) => Some(
-            patch::fetch_region(cache, &l.cog, &l.url, &l.version, window, &[0], 0.0)
+            patch::fetch_region(cache, l, window, &[0], 0.0)
                 .await
                 .map_err(|e| Error::tiff(l.url.as_ref(), e))?,
         ),
@@ -109,7 +133,7 @@ async fn load_sample(job: &StreamJob, cache: &TileCache, i: u64) -> Result<Sampl
     };
     let transform = job.transform.clone();
     let key = job.plan.augment_key(i);
-    let object = scene.url.clone();
+    let object = scene.object.url.clone();
     let metrics = job.metrics.clone();
     on_cpu_pool(move || {
         let stage = |name: &str| {
@@ -178,6 +202,11 @@ pub trait QueueObserver: Send + Sync {
     fn pushed(&self);
     /// A batch that was counted as pushed never made it (the client went away).
     fn unpushed(&self);
+    /// The client took no batch for the stall timeout; the stream ends now. `cursor` is
+    /// where the batches the client has taken end (it may hold fewer, still in transit).
+    fn stalled(&self, cursor: u64);
+    /// A sample was left out under `on_corrupt = skip`.
+    fn skipped(&self, sample: &Skipped, error: &Error);
 }
 
 /// Runs the stream: sends each batch (or the error that ended it) into `tx`.
@@ -193,11 +222,11 @@ pub async fn run(
     let shared = Arc::new((job.clone(), cache.clone()));
     let loads = samples.map(move |i| {
         let shared = shared.clone();
-        async move { load_sample(&shared.0, &shared.1, i).await }
+        async move { (i, load_sample(&shared.0, &shared.1, i).await) }
     });
     let mut loaded = lookahead::Lookahead::new(loads, job.prefetch);
-    if let Some((budget, sample_bytes)) = &job.budget {
-        loaded = loaded.with_budget(budget.clone(), *sample_bytes);
+    if let Some((budget, sample_bytes, reserved)) = &job.budget {
+        loaded = loaded.with_budget(budget.clone(), *sample_bytes, *reserved);
     }
     let ds = &job.dataset;
     let out = job.transform.out;
@@ -206,6 +235,7 @@ pub async fn run(
         let mut image = Vec::with_capacity(b * c as usize * (p * p) as usize * out.size(ds.dtype));
         let mut label = job.labels.then(Vec::new);
         let mut windows = Vec::with_capacity(b);
+        let mut skipped = Vec::new();
         for _ in 0..b {
             let next = match job.shutdown.clone() {
                 Some(mut stop) => tokio::select! {
@@ -232,18 +262,35 @@ pub async fn run(
             // A load task that panicked (a bug) ends the stream with an internal error.
             let next = next.map(|r| {
                 r.unwrap_or_else(|e| {
-                    Err(Error::Io {
-                        context: "sample load".into(),
-                        source: std::io::Error::other(e.to_string()),
-                    })
+                    (
+                        u64::MAX,
+                        Err(Error::Io {
+                            context: "sample load".into(),
+                            source: std::io::Error::other(e.to_string()),
+                        }),
+                    )
                 })
             });
             let sample = match next {
-                Some(Ok(s)) => s,
-                Some(Err(e)) => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
+                Some((_, Ok(s))) => s,
+                Some((i, Err(e))) => match skip_reason(&e) {
+                    Some(reason) if job.on_corrupt == OnCorrupt::Skip && i != u64::MAX => {
+                        let skip = Skipped {
+                            sample: i,
+                            window: job.plan.window(i),
+                            reason,
+                        };
+                        if let Some(q) = &queue {
+                            q.skipped(&skip, &e);
+                        }
+                        skipped.push(skip);
+                        continue;
+                    }
+                    _ => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                },
                 None => return,
             };
             image.extend_from_slice(&sample.image);
@@ -253,6 +300,7 @@ pub async fn run(
             windows.push(sample.window);
         }
         let label_dtype = ds.label_dtype.map(|d| d.name()).unwrap_or("uint8");
+        let n = windows.len() as i64;
         let batch = BatchOut {
             epoch: job.epoch,
             index: k,
@@ -260,20 +308,41 @@ pub async fn run(
             batches_in_epoch: job.share.batches(),
             image: TensorOut {
                 dtype: out.name(ds.dtype),
-                shape: vec![b as i64, c, p, p],
+                shape: vec![n, c, p, p],
                 data: Bytes::from(image),
             },
             label: label.map(|l| TensorOut {
                 dtype: label_dtype,
-                shape: vec![b as i64, p, p],
+                shape: vec![n, p, p],
                 data: Bytes::from(l),
             }),
             windows,
+            skipped,
         };
         if let Some(q) = &queue {
             q.pushed();
         }
-        if tx.send(Ok(batch)).await.is_err() {
+        let sent = match job.stall_timeout {
+            Some(limit) => match tokio::time::timeout(limit, tx.send(Ok(batch))).await {
+                Ok(r) => r.is_ok(),
+                Err(_) => {
+                    // Nothing taken for the whole stall timeout: end the stream.
+                    if let Some(q) = &queue {
+                        q.unpushed();
+                        let taken = k.saturating_sub(tx.max_capacity() as u64 - tx.capacity() as u64);
+                        let cursor = if taken == 0 {
+                            job.share.cursor
+                        } else {
+                            job.share.cursor_after(taken - 1)
+                        };
+                        q.stalled(cursor);
+                    }
+                    return;
+                }
+            },
+            None => tx.send(Ok(batch)).await.is_ok(),
+        };
+        if !sent {
             // The client went away.
             if let Some(q) = &queue {
                 q.unpushed();

@@ -1,10 +1,9 @@
 //! Patches: the tiles a window needs (through the shared cache), stitched into a band-major
-//! array, padded with the fill value where the window leaves the scene.
+//! array, padded with the fill value where the window leaves the scene. The one window
+//! loader of the daemon: streams and `ReadWindow` both read through it.
 
-use std::sync::Arc;
-
-use crate::cache::{Tile, TileCache};
-use crate::cog::{Cog, Level, Raster, TiffResult, WindowRequest, dtype, window};
+use crate::cache::{Tile, TileCache, TileObject};
+use crate::cog::{Level, Raster, TiffResult, WindowRequest, dtype, on_cpu_pool, window};
 use crate::sampler::WindowSpec;
 
 /// Tiles of one object needed for one window, fetched (or found) in the cache.
@@ -18,17 +17,15 @@ pub struct RegionTiles {
     pub fill: f64,
 }
 
-/// Fetches the tiles of `window` (clipped to the scene) for `bands` of `cog`.
+/// Fetches the tiles of `window` (clipped to the scene) for `bands` of `object`.
 pub async fn fetch_region(
     cache: &TileCache,
-    cog: &Cog,
-    object: &Arc<str>,
-    version: &Arc<str>,
+    object: &TileObject,
     window: WindowSpec,
     bands: &[usize],
     fill: f64,
 ) -> TiffResult<RegionTiles> {
-    let level = cog.level(window.level as usize)?.clone();
+    let level = object.cog.level(window.level as usize)?.clone();
     let width = (window.width as u64).min(level.width.saturating_sub(window.col));
     let height = (window.height as u64).min(level.height.saturating_sub(window.row));
     let request = WindowRequest {
@@ -39,14 +36,12 @@ pub async fn fetch_region(
         height,
         bands: Some(bands.to_vec()),
     };
-    window::validate(&level, &request, u64::MAX)?;
+    // The reader's own size limit holds here too (the service admitted the request's
+    // memory already; this is the backstop against a window it did not foresee).
+    window::validate(&level, &request, object.cog.max_window_bytes())?;
     let blocks = window::blocks_for(&level, &request, bands);
-    let tiles = futures::future::try_join_all(
-        blocks
-            .iter()
-            .map(|&b| cache.get(cog, version, object, window.level as usize, b)),
-    )
-    .await?;
+    let tiles =
+        futures::future::try_join_all(blocks.iter().map(|&b| cache.get(object, window.level as usize, b))).await?;
     Ok(RegionTiles {
         level,
         request,
@@ -56,6 +51,19 @@ pub async fn fetch_region(
         window,
         fill,
     })
+}
+
+/// Reads `window` of `object` for `bands`: the tiles through the cache, stitched and
+/// padded on the CPU pool.
+pub async fn read(
+    cache: &TileCache,
+    object: &TileObject,
+    window: WindowSpec,
+    bands: &[usize],
+    fill: f64,
+) -> TiffResult<Raster> {
+    let region = fetch_region(cache, object, window, bands, fill).await?;
+    on_cpu_pool(move || region.assemble()).await
 }
 
 impl RegionTiles {

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 use cogfeed_proto::v1 as pb;
 use pb::peer_server::Peer;
 
-use crate::auth::{Auth, Principal};
+use crate::api::auth::{Auth, Principal};
 use crate::cache::{Tile, TileCache};
 use crate::catalog::Catalog;
 use crate::error::Error;
@@ -40,16 +40,19 @@ impl Peer for PeerService {
     async fn get_tile(&self, r: Request<pb::TileRequest>) -> Result<Response<pb::TileReply>, Status> {
         let caller = match r.extensions().get::<Principal>() {
             Some(p) => p.clone(),
-            None => self.auth.authenticate(None).map_err(|e| crate::service::status(&e))?,
+            None => self
+                .auth
+                .authenticate(None, crate::api::connections::remote_addr(&r).map(|a| a.ip()))
+                .map_err(|e| e.to_status())?,
         };
         if self.auth.required() && !caller.may_read_all() {
-            return Err(crate::service::status(&Error::PermissionDenied(format!(
+            return Err(Error::PermissionDenied(format!(
                 "{} is not a replica (peer calls need a token for every dataset)",
                 caller.name()
-            ))));
+            ))
+            .to_status());
         }
-        let peer = r
-            .remote_addr()
+        let peer = crate::api::connections::remote_addr(&r)
             .map(|a| a.ip().to_string())
             .unwrap_or_else(|| "unknown".into());
         let t = r.into_inner();
@@ -59,27 +62,27 @@ impl Peer for PeerService {
                 .with_label_values(&[peer.as_str(), "in", result])
                 .inc()
         };
-        let Some((cog, url, version)) = self.catalog.object(&t.object) else {
+        let Some(object) = self.catalog.object(&t.object) else {
             count("not_found");
             return Err(Status::not_found(format!(
                 "object {} is not in this replica's catalog",
                 t.object
             )));
         };
-        if *version != *t.version {
+        if *object.version != *t.version {
             count("stale");
             return Err(Status::failed_precondition(format!(
-                "object {} is at version {version} here, {} was asked for",
-                t.object, t.version
+                "object {} is at version {} here, {} was asked for",
+                t.object, object.version, t.version
             )));
         }
         let tile = self
             .cache
-            .get_local(&cog, &version, &url, t.level as usize, t.block as usize)
+            .get_local(&object, t.level as usize, t.block as usize)
             .await
             .map_err(|e| {
                 count("error");
-                crate::service::status(&Error::tiff(url.as_ref(), e))
+                Error::tiff(object.url.as_ref(), e).to_status()
             })?;
         count("ok");
         self.metrics

@@ -3,11 +3,14 @@
 //! streams and call rate. [`Auth::interceptor`] runs on every Feed call, authenticates it
 //! and attaches a [`Principal`]; the service asks the principal before touching a dataset.
 //! A token never appears in a log, an error or a metric: callers are named by the token's
-//! configured name.
+//! configured name. Anonymous callers get an allowance per client address (streams and
+//! call rate), so one flooding client cannot spend everyone's; calls between replicas of a
+//! fleet (the Peer service) are authenticated but not rate-limited.
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use sha2::{Digest, Sha256};
@@ -105,12 +108,20 @@ impl Principal {
     }
 }
 
-/// The token table and the anonymous caller.
+/// Client addresses whose anonymous allowances are remembered; past this, addresses new
+/// to the daemon share one allowance (a flood of addresses cannot grow memory).
+const MAX_ANONYMOUS_ADDRESSES: usize = 4096;
+
+/// The token table and the anonymous callers.
 #[derive(Debug)]
 pub struct Auth {
     required: bool,
     tokens: Vec<([u8; 32], Principal)>,
-    anonymous: Principal,
+    /// Anonymous callers by client address (one allowance each).
+    anonymous: Mutex<HashMap<IpAddr, Principal>>,
+    /// Anonymous callers without a known address, or past the address cap.
+    anonymous_rest: Principal,
+    anonymous_limits: (usize, u32),
     metrics: Option<[u8; 32]>,
 }
 
@@ -146,14 +157,39 @@ impl Auth {
         Ok(Self {
             required: config.required,
             tokens,
-            anonymous: Principal::new(
+            anonymous: Mutex::new(HashMap::new()),
+            anonymous_rest: Principal::new(
                 "anonymous caller".into(),
                 Scope::All,
                 limits.max_streams_per_token,
                 limits.requests_per_second,
             ),
+            anonymous_limits: (limits.max_streams_per_token, limits.requests_per_second),
             metrics,
         })
+    }
+
+    /// The anonymous caller at `ip` (its own allowance while the address table has room).
+    fn anonymous(&self, ip: Option<IpAddr>) -> Principal {
+        let Some(ip) = ip else {
+            return self.anonymous_rest.clone();
+        };
+        let mut table = self.anonymous.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = table.get(&ip) {
+            return p.clone();
+        }
+        if table.len() >= MAX_ANONYMOUS_ADDRESSES {
+            // Forget addresses with no stream open (their rate state is lost, which only
+            // helps them), then share the rest allowance if still full.
+            table.retain(|_, p| p.inner.streams.available_permits() < p.inner.max_streams);
+            if table.len() >= MAX_ANONYMOUS_ADDRESSES {
+                return self.anonymous_rest.clone();
+            }
+        }
+        let (streams, rps) = self.anonymous_limits;
+        let p = Principal::new(format!("anonymous caller at {ip}"), Scope::All, streams, rps);
+        table.insert(ip, p.clone());
+        p
     }
 
     /// Whether calls without a token are refused.
@@ -161,16 +197,16 @@ impl Auth {
         self.required
     }
 
-    /// The caller presenting `authorization` (the header's value, if any). A token that is
-    /// given must be valid, whether or not tokens are required.
-    pub fn authenticate(&self, authorization: Option<&[u8]>) -> Result<Principal> {
+    /// The caller presenting `authorization` (the header's value, if any) from `ip`. A
+    /// token that is given must be valid, whether or not tokens are required.
+    pub fn authenticate(&self, authorization: Option<&[u8]>, ip: Option<IpAddr>) -> Result<Principal> {
         let Some(header) = authorization else {
             if self.required {
                 return Err(Error::Unauthenticated(
                     "this server requires a bearer token (metadata `authorization: Bearer <token>`)".into(),
                 ));
             }
-            return Ok(self.anonymous.clone());
+            return Ok(self.anonymous(ip));
         };
         let token = bearer(header)?;
         let got: [u8; 32] = Sha256::digest(token).into();
@@ -187,8 +223,8 @@ impl Auth {
     }
 
     /// Authenticates and rate-limits one call.
-    pub fn admit(&self, authorization: Option<&[u8]>) -> Result<Principal> {
-        let principal = self.authenticate(authorization)?;
+    pub fn admit(&self, authorization: Option<&[u8]>, ip: Option<IpAddr>) -> Result<Principal> {
+        let principal = self.authenticate(authorization, ip)?;
         principal.admit()?;
         Ok(principal)
     }
@@ -211,7 +247,21 @@ impl Auth {
         let auth = self.clone();
         move |mut request: tonic::Request<()>| {
             let header = request.metadata().get("authorization").map(|v| v.as_bytes());
-            let principal = auth.admit(header).map_err(|e| crate::service::status(&e))?;
+            let ip = super::connections::remote_addr(&request).map(|a| a.ip());
+            let principal = auth.admit(header, ip).map_err(|e| e.to_status())?;
+            request.extensions_mut().insert(principal);
+            Ok(request)
+        }
+    }
+
+    /// The Peer service's interceptor: authenticates, never rate-limits (a throttled
+    /// replica would look dead to its peers and fetch from the store instead).
+    pub fn peer_interceptor(self: &Arc<Self>) -> impl tonic::service::Interceptor + Clone + use<> {
+        let auth = self.clone();
+        move |mut request: tonic::Request<()>| {
+            let header = request.metadata().get("authorization").map(|v| v.as_bytes());
+            let ip = super::connections::remote_addr(&request).map(|a| a.ip());
+            let principal = auth.authenticate(header, ip).map_err(|e| e.to_status())?;
             request.extensions_mut().insert(principal);
             Ok(request)
         }
@@ -295,6 +345,35 @@ mod tests {
         hex::encode(Sha256::digest(t.as_bytes()))
     }
 
+    impl Auth {
+        fn authenticate_t(&self, h: Option<&[u8]>) -> Result<Principal> {
+            self.authenticate(h, None)
+        }
+    }
+
+    #[test]
+    fn anonymous_callers_have_an_allowance_per_address() {
+        let limits = LimitsConfig {
+            max_streams_per_token: 1,
+            requests_per_second: 1,
+            ..LimitsConfig::default()
+        };
+        let a = Auth::new(&AuthConfig::default(), &limits).unwrap();
+        let flooder: IpAddr = "127.0.0.2".parse().unwrap();
+        let other: IpAddr = "127.0.0.3".parse().unwrap();
+        let _held = a.authenticate(None, Some(flooder)).unwrap().stream_slot().unwrap();
+        a.admit(None, Some(flooder)).unwrap();
+        a.admit(None, Some(flooder)).unwrap();
+        assert!(
+            a.admit(None, Some(flooder)).is_err(),
+            "the flooder spent its own allowance"
+        );
+        assert!(a.authenticate(None, Some(flooder)).unwrap().stream_slot().is_err());
+        // Another address is not affected.
+        a.admit(None, Some(other)).unwrap();
+        let _slot = a.authenticate(None, Some(other)).unwrap().stream_slot().unwrap();
+    }
+
     fn auth(required: bool) -> Auth {
         let config = AuthConfig {
             required,
@@ -324,28 +403,28 @@ mod tests {
         let a = auth(true);
         let code = |r: Result<Principal>| r.unwrap_err().code();
         use crate::error::ErrorCode::*;
-        assert_eq!(code(a.authenticate(None)), Unauthenticated);
-        assert_eq!(code(a.authenticate(Some(b"Bearer nope"))), Unauthenticated);
-        assert_eq!(code(a.authenticate(Some(b"Basic alpha-secret"))), Unauthenticated);
-        assert_eq!(code(a.authenticate(Some(&[0xff, 0xfe]))), Unauthenticated);
-        let alpha = a.authenticate(Some(b"bearer  alpha-secret ")).unwrap();
+        assert_eq!(code(a.authenticate(None, None)), Unauthenticated);
+        assert_eq!(code(a.authenticate_t(Some(b"Bearer nope"))), Unauthenticated);
+        assert_eq!(code(a.authenticate_t(Some(b"Basic alpha-secret"))), Unauthenticated);
+        assert_eq!(code(a.authenticate_t(Some(&[0xff, 0xfe]))), Unauthenticated);
+        let alpha = a.authenticate_t(Some(b"bearer  alpha-secret ")).unwrap();
         assert!(alpha.may_read("demo") && !alpha.may_read("other"));
         let denied = alpha.check("other").unwrap_err();
         assert_eq!(denied.code(), PermissionDenied);
         assert!(denied.to_string().contains("alpha") && !denied.to_string().contains("secret"));
-        let root = a.authenticate(Some(b"Bearer root-secret")).unwrap();
+        let root = a.authenticate_t(Some(b"Bearer root-secret")).unwrap();
         assert!(root.may_read("anything"));
         assert_eq!(root.name(), "token \"token-2\"");
         // Open mode: no token is fine, a wrong one is not.
         let open = auth(false);
-        assert!(open.authenticate(None).unwrap().may_read("x"));
-        assert_eq!(code(open.authenticate(Some(b"Bearer nope"))), Unauthenticated);
+        assert!(open.authenticate(None, None).unwrap().may_read("x"));
+        assert_eq!(code(open.authenticate_t(Some(b"Bearer nope"))), Unauthenticated);
     }
 
     #[test]
     fn limits_per_token() {
         let a = auth(true);
-        let alpha = a.authenticate(Some(b"Bearer alpha-secret")).unwrap();
+        let alpha = a.authenticate_t(Some(b"Bearer alpha-secret")).unwrap();
         let held = alpha.stream_slot().unwrap();
         assert_eq!(
             alpha.stream_slot().unwrap_err().code(),
@@ -354,12 +433,12 @@ mod tests {
         drop(held);
         let _again = alpha.stream_slot().unwrap();
         // 1 per second with a burst of 2.
-        a.admit(Some(b"Bearer alpha-secret")).unwrap();
-        a.admit(Some(b"Bearer alpha-secret")).unwrap();
-        let e = a.admit(Some(b"Bearer alpha-secret")).unwrap_err();
+        a.admit(Some(b"Bearer alpha-secret"), None).unwrap();
+        a.admit(Some(b"Bearer alpha-secret"), None).unwrap();
+        let e = a.admit(Some(b"Bearer alpha-secret"), None).unwrap_err();
         assert!(e.to_string().contains("rate"), "{e}");
         // Other tokens are not affected.
-        a.admit(Some(b"Bearer root-secret")).unwrap();
+        a.admit(Some(b"Bearer root-secret"), None).unwrap();
         let jobs = JobSlots::new(1);
         let j = jobs.acquire("train").unwrap();
         assert!(jobs.acquire("train").is_err());

@@ -10,12 +10,14 @@ use std::time::{Duration, SystemTime};
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::TlsConfig;
 use crate::error::{Error, Result};
+
+use super::connections::Tracked;
 
 /// Longest a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -116,14 +118,17 @@ impl Reloading {
         changed && self.reload()
     }
 
-    /// Watches the files and SIGHUP until the process ends.
-    pub fn watch(self: &Arc<Self>) {
+    /// Watches the files and SIGHUP until `stop`.
+    pub fn watch(self: &Arc<Self>, stop: CancellationToken) {
         let this = self.clone();
+        let stop2 = stop.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(WATCH_INTERVAL);
             loop {
-                tick.tick().await;
-                this.reload_if_changed();
+                tokio::select! {
+                    _ = stop2.cancelled() => return,
+                    _ = tick.tick() => { this.reload_if_changed(); }
+                }
             }
         });
         #[cfg(unix)]
@@ -134,8 +139,16 @@ impl Reloading {
                 let Ok(mut hup) = signal(SignalKind::hangup()) else {
                     return;
                 };
-                while hup.recv().await.is_some() {
-                    this.reload();
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        got = hup.recv() => {
+                            if got.is_none() {
+                                return;
+                            }
+                            this.reload();
+                        }
+                    }
                 }
             });
         }
@@ -150,32 +163,29 @@ fn stamps(config: &TlsConfig) -> Vec<Option<SystemTime>> {
         .collect()
 }
 
-/// Accepts TCP connections on `listener` and yields those whose TLS handshake succeeds.
-/// Failed handshakes (no client certificate, wrong CA, plain HTTP/2) are logged at debug
-/// level and dropped.
-pub fn incoming(
-    listener: TcpListener,
+/// Yields the connections of `accepted` whose TLS handshake succeeds. Failed handshakes
+/// (no client certificate, wrong CA, plain HTTP/2) are logged at debug level and dropped.
+pub fn incoming<S>(
+    accepted: S,
     tls: Arc<Reloading>,
-) -> impl futures::Stream<Item = std::io::Result<TlsStream<TcpStream>>> + Send + 'static {
+) -> impl futures::Stream<Item = std::io::Result<TlsStream<Tracked>>> + Send + 'static
+where
+    S: futures::Stream<Item = std::io::Result<Tracked>> + Send + 'static,
+{
+    use futures::StreamExt;
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
+        let mut accepted = std::pin::pin!(accepted);
+        while let Some(conn) = accepted.next().await {
+            let Ok(conn) = conn else { continue };
             if tx.is_closed() {
                 return;
             }
-            let _ = tcp.set_nodelay(true);
             let acceptor = TlsAcceptor::from(tls.current());
             let tx = tx.clone();
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                let peer = conn.remote();
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(conn)).await {
                     Ok(Ok(stream)) => {
                         let _ = tx.send(Ok(stream)).await;
                     }

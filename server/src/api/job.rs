@@ -1,0 +1,394 @@
+//! Request validation: a `StreamBatchesRequest` or `ReadWindowRequest` becomes a typed job,
+//! or INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION naming what is wrong. Every size
+//! the client chooses is checked against the limits here and its memory computed, so the
+//! caller can admit it against the daemon's budget before anything is allocated. Client
+//! strings (dataset and job names) are bounded and checked before they reach a log line,
+//! an error message or a metric label.
+
+use std::sync::Arc;
+
+use tonic::Status;
+
+use cogfeed_proto::v1 as pb;
+
+use crate::catalog::{Catalog, Dataset};
+use crate::config::{LimitsConfig, OnCorrupt};
+use crate::memory::MemoryBudget;
+use crate::pipeline::StreamJob;
+use crate::pipeline::lookahead::Depth;
+use crate::pipeline::transform::{OutType, Transform};
+use crate::sampler::{Plan, PlanSpec, SamplerKind, SceneGrid, Share, WindowSpec};
+
+/// Longest dataset or job name accepted (dataset names in the config are shorter still).
+pub const MAX_NAME_CHARS: usize = 128;
+
+/// Batches a stream holds at most besides its queue: one blocked on the full queue, one
+/// being assembled, two in the transport (tonic's encode buffer, HTTP/2's send buffer).
+const BATCHES_BESIDE_QUEUE: u64 = 4;
+
+fn invalid(msg: impl Into<String>) -> Status {
+    Status::invalid_argument(msg.into())
+}
+
+/// A client string for a message: at most 64 characters, control characters escaped.
+pub fn shown(s: &str) -> String {
+    let cut: String = s.chars().take(64).collect();
+    let more = if s.chars().count() > 64 { "…" } else { "" };
+    format!("{:?}{more}", cut)
+}
+
+/// Checks a job name: up to 128 letters, digits and `- _ . : / @ +` (it becomes a log field
+/// and a metric label, so nothing that could forge a line or bloat an exposition).
+pub fn check_job(job: &str) -> Result<(), Status> {
+    if job.chars().count() > MAX_NAME_CHARS {
+        return Err(invalid(format!(
+            "job name of {} characters (at most {MAX_NAME_CHARS})",
+            job.chars().count()
+        )));
+    }
+    if let Some(c) = job
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "-_.:/@+".contains(*c)))
+    {
+        return Err(invalid(format!(
+            "job name {}: character {c:?} (use letters, digits and - _ . : / @ +)",
+            shown(job)
+        )));
+    }
+    Ok(())
+}
+
+/// The dataset called `name`, or NOT_FOUND (the name shown bounded and escaped).
+pub fn dataset(catalog: &Catalog, name: &str) -> Result<Arc<Dataset>, Status> {
+    if name.chars().count() <= MAX_NAME_CHARS
+        && let Some(d) = catalog.get(name)
+    {
+        return Ok(d);
+    }
+    Err(Status::not_found(format!("dataset {} not found", shown(name))))
+}
+
+/// The 0-based bands of a request: the dataset's bands when none are named, else the named
+/// ones, each among the dataset's served bands and none twice.
+pub fn bands(ds: &Dataset, requested: &[u32]) -> Result<Vec<usize>, Status> {
+    if requested.is_empty() {
+        return Ok(ds.bands.clone());
+    }
+    let served = || {
+        ds.bands
+            .iter()
+            .map(|b| (b + 1).to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if requested.len() > ds.bands.len() {
+        return Err(invalid(format!(
+            "{} bands requested, dataset {} serves {} ({})",
+            requested.len(),
+            ds.name,
+            ds.bands.len(),
+            served()
+        )));
+    }
+    let mut out: Vec<usize> = Vec::with_capacity(requested.len());
+    for &b in requested {
+        let zero_based = (b as usize).checked_sub(1);
+        match zero_based {
+            Some(z) if ds.bands.contains(&z) => {
+                if out.contains(&z) {
+                    return Err(invalid(format!("band {b} requested twice")));
+                }
+                out.push(z);
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "band {b} is not served by dataset {} (bands {})",
+                    ds.name,
+                    served()
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn corrupt_policy(ds: &Dataset, requested: &str) -> Result<OnCorrupt, Status> {
+    match requested {
+        "" => Ok(ds.on_corrupt),
+        "fail" => Ok(OnCorrupt::Fail),
+        "skip" => Ok(OnCorrupt::Skip),
+        other => Err(invalid(format!("on_corrupt {} (fail, skip)", shown(other)))),
+    }
+}
+
+/// A validated stream request and the memory it needs.
+#[derive(Debug)]
+pub struct Admitted {
+    pub job: StreamJob,
+    /// Bytes the stream holds at most, outside of look-ahead beyond its floor.
+    pub stream_bytes: u64,
+}
+
+/// Validates a stream request into a job; look-ahead beyond the reserved floor will take
+/// its memory from `memory`.
+pub fn stream_job(
+    catalog: &Catalog,
+    limits: &LimitsConfig,
+    memory: &MemoryBudget,
+    r: &pb::StreamBatchesRequest,
+) -> Result<Admitted, Status> {
+    let ds = dataset(catalog, &r.dataset)?;
+    check_job(&r.job)?;
+    let kind = match pb::Sampler::try_from(r.sampler) {
+        Ok(pb::Sampler::Aligned) => SamplerKind::Aligned,
+        Ok(pb::Sampler::Grid) => SamplerKind::Grid,
+        Ok(pb::Sampler::Random) | Ok(pb::Sampler::Unspecified) => SamplerKind::Random,
+        Err(_) => return Err(invalid(format!("unknown sampler {}", r.sampler))),
+    };
+    if r.batch_size == 0 {
+        return Err(invalid("batch_size must be positive"));
+    }
+    if r.batch_size > limits.max_batch_size {
+        return Err(invalid(format!(
+            "batch_size {} exceeds the limit of {}",
+            r.batch_size, limits.max_batch_size
+        )));
+    }
+    if r.patch_size == 0 {
+        return Err(invalid("patch_size must be positive"));
+    }
+    if r.patch_size > limits.max_patch_size {
+        return Err(invalid(format!(
+            "patch_size {} exceeds the limit of {}",
+            r.patch_size, limits.max_patch_size
+        )));
+    }
+    let world = r.world_size.max(1) as u64;
+    if r.rank as u64 >= world {
+        return Err(invalid(format!("rank {} is not below world_size {world}", r.rank)));
+    }
+    let out = OutType::parse(&r.dtype).ok_or_else(|| {
+        invalid(format!(
+            "unknown dtype {} (native, float32, float16, bfloat16, uint8, uint16)",
+            shown(&r.dtype)
+        ))
+    })?;
+    if r.normalize && !out.is_float() {
+        return Err(invalid("normalize needs a float dtype (float32, float16, bfloat16)"));
+    }
+    if r.level as usize >= ds.levels {
+        return Err(invalid(format!(
+            "level {} requested, dataset {} has levels 0..={}",
+            r.level,
+            ds.name,
+            ds.levels - 1
+        )));
+    }
+    if r.labels && ds.label_dtype.is_none() {
+        return Err(Status::failed_precondition(format!(
+            "dataset {} has no labels",
+            ds.name
+        )));
+    }
+    let on_corrupt = corrupt_policy(&ds, &r.on_corrupt)?;
+    let bands = bands(&ds, &r.bands)?;
+    // Checked: whatever the limits in the config, a product never wraps around.
+    let pixels = u64::from(r.patch_size) * u64::from(r.patch_size);
+    let image_sample = pixels
+        .checked_mul(bands.len() as u64)
+        .and_then(|x| x.checked_mul(out.size(ds.dtype) as u64))
+        .unwrap_or(u64::MAX);
+    let label_sample = match (r.labels, ds.label_dtype) {
+        (true, Some(d)) => pixels * d.size() as u64,
+        _ => 0,
+    };
+    let sample_bytes = image_sample.saturating_add(label_sample).max(1);
+    let batch_bytes = sample_bytes.saturating_mul(u64::from(r.batch_size));
+    if batch_bytes > limits.max_batch_bytes {
+        return Err(invalid(format!(
+            "a batch would hold {batch_bytes} bytes, over the limit of {} (limits.max_batch_bytes)",
+            limits.max_batch_bytes
+        )));
+    }
+    let grids: Vec<SceneGrid> = ds
+        .scenes
+        .iter()
+        .map(|s| {
+            let l = &s.object.cog.header().levels[r.level as usize];
+            SceneGrid {
+                width: l.width,
+                height: l.height,
+                block_width: l.block_width,
+                block_height: l.block_height,
+            }
+        })
+        .collect();
+    let spec = PlanSpec {
+        kind,
+        patch: r.patch_size,
+        stride: if r.stride == 0 { r.patch_size } else { r.stride },
+        level: r.level,
+        seed: r.seed,
+        epoch: r.epoch,
+        samples_per_epoch: r.samples_per_epoch,
+    };
+    let plan = Plan::new(spec, grids).map_err(|m| invalid(format!("dataset {}: {m}", ds.name)))?;
+    if r.cursor > plan.len() {
+        return Err(invalid(format!(
+            "cursor {} is past the end of the epoch ({} samples)",
+            r.cursor,
+            plan.len()
+        )));
+    }
+    let share = Share {
+        batch: r.batch_size as u64,
+        rank: r.rank as u64,
+        world,
+        cursor: r.cursor,
+        epoch_len: plan.len(),
+    };
+    let normalize = r.normalize.then(|| {
+        bands
+            .iter()
+            .map(|b| {
+                let i = ds.bands.iter().position(|x| x == b);
+                i.map_or((0.0, 1.0), |i| (ds.mean[i], ds.std[i]))
+            })
+            .collect()
+    });
+    // Samples in flight: by Little's law from measured latency and consumption, or the
+    // client's explicit choice; the floor (two batches) is reserved with the stream, loads
+    // beyond it take what the daemon's budget has free.
+    let floor = (2 * r.batch_size as usize).clamp(16, 256);
+    let ceiling = ((limits.max_prefetch_bytes / sample_bytes) as usize).clamp(floor, 4096);
+    let prefetch = if r.prefetch > 0 {
+        Depth::Fixed((r.prefetch as usize).min(ceiling))
+    } else {
+        Depth::Adaptive {
+            min: floor,
+            max: ceiling,
+        }
+    };
+    let reserved = match prefetch {
+        Depth::Fixed(n) => n.min(floor),
+        Depth::Adaptive { min, .. } => min,
+    };
+    let queued = limits.stream_queue_batches as u64 + BATCHES_BESIDE_QUEUE;
+    let stream_bytes = batch_bytes
+        .saturating_mul(queued)
+        .saturating_add(sample_bytes.saturating_mul(reserved as u64));
+    Ok(Admitted {
+        job: StreamJob {
+            dataset: ds,
+            plan: Arc::new(plan),
+            share,
+            epoch: r.epoch,
+            bands,
+            labels: r.labels,
+            transform: Transform {
+                out,
+                normalize,
+                augment: r.augment,
+            },
+            max_batches: r.max_batches,
+            prefetch,
+            metrics: None,
+            shutdown: None,
+            budget: Some((memory.clone(), sample_bytes, reserved)),
+            on_corrupt,
+            stall_timeout: Some(limits.stall_timeout()),
+        },
+        stream_bytes,
+    })
+}
+
+/// A validated `ReadWindow` request.
+#[derive(Debug)]
+pub struct WindowJob {
+    pub dataset: Arc<Dataset>,
+    pub scene: usize,
+    pub window: WindowSpec,
+    pub bands: Vec<usize>,
+    pub labels: bool,
+    /// Bytes of the response (image and label).
+    pub bytes: u64,
+}
+
+/// Validates a `ReadWindow` request.
+pub fn window_job(catalog: &Catalog, limits: &LimitsConfig, r: &pb::ReadWindowRequest) -> Result<WindowJob, Status> {
+    let ds = dataset(catalog, &r.dataset)?;
+    let scene = r.scene as usize;
+    if scene >= ds.scenes.len() {
+        return Err(invalid(format!(
+            "scene {} of dataset {} ({} scenes)",
+            r.scene,
+            ds.name,
+            ds.scenes.len()
+        )));
+    }
+    if r.width == 0 || r.height == 0 || r.width > limits.max_patch_size || r.height > limits.max_patch_size {
+        return Err(invalid(format!(
+            "window size {}x{} (1..={})",
+            r.width, r.height, limits.max_patch_size
+        )));
+    }
+    if r.level as usize >= ds.levels {
+        return Err(invalid(format!(
+            "level {} requested, dataset {} has levels 0..={}",
+            r.level,
+            ds.name,
+            ds.levels - 1
+        )));
+    }
+    let label_size = match (r.labels, ds.label_dtype) {
+        (true, Some(d)) => d.size() as u64,
+        (true, None) => {
+            return Err(Status::failed_precondition(format!(
+                "dataset {} has no labels",
+                ds.name
+            )));
+        }
+        (false, _) => 0,
+    };
+    let bands = bands(&ds, &r.bands)?;
+    let pixels = u64::from(r.width) * u64::from(r.height);
+    let bytes = pixels.saturating_mul(bands.len() as u64 * ds.dtype.size() as u64 + label_size);
+    if bytes > limits.max_batch_bytes {
+        return Err(invalid(format!(
+            "a window of {bytes} bytes is over the limit of {} (limits.max_batch_bytes)",
+            limits.max_batch_bytes
+        )));
+    }
+    Ok(WindowJob {
+        window: WindowSpec {
+            scene: r.scene,
+            col: r.col,
+            row: r.row,
+            width: r.width,
+            height: r.height,
+            level: r.level,
+            padded: false,
+        },
+        dataset: ds,
+        scene,
+        bands,
+        labels: r.labels,
+        bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_names_are_bounded_and_plain() {
+        check_job("").unwrap();
+        check_job("train-run_7.rank:3/eval@v2+x").unwrap();
+        assert!(check_job(&"x".repeat(129)).is_err());
+        assert!(check_job("a\nforged log line").is_err());
+        let e = check_job("\u{1b}[31mred").unwrap_err();
+        assert!(!e.message().contains('\u{1b}'), "{}", e.message());
+        assert!(shown(&"y".repeat(900_000)).len() < 80);
+    }
+}
