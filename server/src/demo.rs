@@ -200,6 +200,24 @@ fn doubles(tag: u16, v: &[f64]) -> Entry {
     }
 }
 
+/// Writes a single-band raster of `size` x `size` unsigned `bits`-bit samples (8 or 16,
+/// little-endian in `data`) as a COG with one overview, e.g. a label raster.
+pub fn write_band(path: &Path, size: u32, bits: u16, data: Vec<u8>) -> std::io::Result<()> {
+    if (bits != 8 && bits != 16) || data.len() != size as usize * size as usize * (bits as usize / 8) {
+        return Err(std::io::Error::other("write_band: 8 or 16 bits, size x size samples"));
+    }
+    write_cog(
+        path,
+        &Image {
+            width: size,
+            height: size,
+            bands: 1,
+            bits,
+            data,
+        },
+    )
+}
+
 /// Writes `img` with one overview as a classic little-endian tiled TIFF in COG layout.
 fn write_cog(path: &Path, img: &Image) -> std::io::Result<()> {
     let levels = [decimate(img)];
