@@ -299,6 +299,10 @@ pub struct LimitsConfig {
     /// cgroup's memory). The tile caches come on top (`cache.capacity_bytes`).
     #[serde(default)]
     pub memory_budget_bytes: Option<u64>,
+    /// The most of the memory budget one caller (a token, or an anonymous client address)
+    /// may hold, so that one client cannot spend it all (default: a quarter of it).
+    #[serde(default)]
+    pub memory_per_caller_bytes: Option<u64>,
     /// Deprecated: look-ahead now draws from `memory_budget_bytes`; accepted and ignored.
     #[serde(default, skip_serializing)]
     pub prefetch_budget_bytes: Option<u64>,
@@ -394,6 +398,7 @@ impl Default for LimitsConfig {
             stream_queue_batches: default_queue(),
             max_prefetch_bytes: default_max_prefetch_bytes(),
             memory_budget_bytes: None,
+            memory_per_caller_bytes: None,
             prefetch_budget_bytes: None,
             admission_wait_secs: default_admission_wait(),
             stall_timeout_secs: default_stall_timeout(),
@@ -413,6 +418,11 @@ impl LimitsConfig {
     pub fn memory_budget(&self) -> u64 {
         self.memory_budget_bytes
             .unwrap_or_else(crate::memory::default_budget_bytes)
+    }
+
+    /// One caller's share of the memory budget.
+    pub fn memory_per_caller(&self) -> u64 {
+        self.memory_per_caller_bytes.unwrap_or_else(|| self.memory_budget() / 4)
     }
 
     fn secs(v: f64) -> std::time::Duration {

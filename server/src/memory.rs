@@ -25,6 +25,8 @@ const FALLBACK_BYTES: u64 = 2 << 30;
 pub struct MemoryBudget {
     kib: Arc<Semaphore>,
     total_kib: u32,
+    /// The config key that sets it (named in refusals).
+    key: &'static str,
 }
 
 /// Memory admitted against the budget; returned when dropped.
@@ -48,10 +50,16 @@ fn mib(bytes: u64) -> String {
 impl MemoryBudget {
     /// A budget of `bytes` (at most 4 TiB: the semaphore counts KiB in a u32).
     pub fn new(bytes: u64) -> Self {
+        Self::named(bytes, "limits.memory_budget_bytes")
+    }
+
+    /// A budget set by the config key `key` (a caller's share of the daemon's).
+    pub fn named(bytes: u64, key: &'static str) -> Self {
         let kib = u32::try_from(bytes / 1024).unwrap_or(u32::MAX).max(1);
         Self {
             kib: Arc::new(Semaphore::new((kib as usize).min(Semaphore::MAX_PERMITS))),
             total_kib: kib,
+            key,
         }
     }
 
@@ -76,8 +84,9 @@ impl MemoryBudget {
             String::new()
         };
         Error::LimitExceeded(format!(
-            "{what} needs {} of the daemon's memory budget (limits.memory_budget_bytes = {}{when})",
+            "{what} needs {} of memory ({} = {}{when})",
             mib(bytes),
+            self.key,
             mib(self.total_bytes())
         ))
     }

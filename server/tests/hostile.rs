@@ -11,11 +11,11 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::inproc::{demo_dir, start};
 use cogfeed_client::{Client, ClientError, pb};
 use cogfeed_proto::v1::feed_client::FeedClient;
 use cogfeed_server::app::App;
 use cogfeed_server::config::{Config, OnBadObject, OnCorrupt};
+use common::inproc::{demo_dir, start};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
@@ -110,7 +110,11 @@ async fn corrupt_tiles_are_skipped_the_same_way_every_run_and_named_without_path
     let short: Vec<_> = first.iter().filter(|b| b.windows.len() == 3).collect();
     assert_eq!(short.len(), 1);
     assert_eq!(short[0].image.shape[0], 3, "the batch holds the samples that were read");
-    assert_eq!(digests(&first), digests(&second), "a skip is a pure function of the data");
+    assert_eq!(
+        digests(&first),
+        digests(&second),
+        "a skip is a pure function of the data"
+    );
     let text = d.app.metrics.render();
     assert!(
         text.contains("cogfeed_samples_skipped_total{dataset=\"demo\",reason=\"corrupt\"} 2"),
@@ -127,12 +131,23 @@ async fn corrupt_tiles_are_skipped_the_same_way_every_run_and_named_without_path
     let error = items.into_iter().find_map(|b| b.err()).unwrap();
     let ClientError::Status(s) = error else { panic!() };
     assert_eq!(s.code(), tonic::Code::DataLoss);
-    assert!(s.message().contains("broken.tif") && s.message().contains("tile 5"), "{}", s.message());
+    assert!(
+        s.message().contains("broken.tif") && s.message().contains("tile 5"),
+        "{}",
+        s.message()
+    );
     let server_dir = dir.path().to_string_lossy().into_owned();
-    assert!(!s.message().contains(&server_dir), "a server path leaked: {}", s.message());
+    assert!(
+        !s.message().contains(&server_dir),
+        "a server path leaked: {}",
+        s.message()
+    );
     let mut bad = request(4);
     bad.on_corrupt = "ignore".into();
-    assert_eq!(code(&client.count(bad).await.unwrap_err()), tonic::Code::InvalidArgument);
+    assert_eq!(
+        code(&client.count(bad).await.unwrap_err()),
+        tonic::Code::InvalidArgument
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,7 +169,14 @@ async fn start_up_names_every_bad_object_and_can_serve_the_rest() {
         .map(|s| root.join(format!("scene_{s:02}.tif")).to_string_lossy().into_owned())
         .collect();
     let e = App::build(config.clone()).await.unwrap_err().to_string();
-    for needle in ["scene_01.tif", "truncated", "labels/scene_02.tif", "uint16", "labels/scene_03.tif", "3 of 4"] {
+    for needle in [
+        "scene_01.tif",
+        "truncated",
+        "labels/scene_02.tif",
+        "uint16",
+        "labels/scene_03.tif",
+        "3 of 4",
+    ] {
         assert!(e.contains(needle), "{needle:?} missing from: {e}");
     }
     config.datasets[0].on_bad_object = OnBadObject::Skip;
@@ -239,7 +261,10 @@ async fn hostile_sizes_and_strings_get_clear_errors() {
         r.job = job;
         let e = client.stream(r).await.err().unwrap();
         assert_eq!(code(&e), tonic::Code::InvalidArgument);
-        assert!(e.to_string().len() < 400, "the error echoes at most a bounded, escaped name");
+        assert!(
+            e.to_string().len() < 400,
+            "the error echoes at most a bounded, escaped name"
+        );
     }
     // A 900 KB dataset name: NOT_FOUND with a bounded message.
     let mut r = request(2);
@@ -258,6 +283,7 @@ async fn hostile_sizes_and_strings_get_clear_errors() {
 async fn memory_is_admitted_against_one_budget() {
     let mut config = Config::demo(demo_dir());
     config.limits.memory_budget_bytes = Some(64 << 20);
+    config.limits.memory_per_caller_bytes = Some(64 << 20);
     config.limits.admission_wait_secs = 0.5;
     let d = start(config).await;
     let mut client = Client::connect(&d.addr).await.unwrap();
@@ -267,7 +293,10 @@ async fn memory_is_admitted_against_one_budget() {
     big.samples_per_epoch = 640;
     let e = client.stream(big.clone()).await.err().unwrap();
     assert_eq!(code(&e), tonic::Code::ResourceExhausted, "{e}");
-    assert!(e.to_string().contains("limits.memory_budget_bytes"), "{e}");
+    assert!(
+        e.to_string().contains("320.0 MiB") && e.to_string().contains("limits.memory_"),
+        "{e}"
+    );
     // Small streams that never read: admitted until the budget is spent, then refused
     // after the admission wait; never an abort.
     let mut held = Vec::new();
@@ -282,7 +311,11 @@ async fn memory_is_admitted_against_one_budget() {
             }
         }
     }
-    assert!(refused > 0 && !held.is_empty(), "{} held, {refused} refused", held.len());
+    assert!(
+        refused > 0 && !held.is_empty(),
+        "{} held, {refused} refused",
+        held.len()
+    );
     let reserved = d.app.memory.total_bytes() - d.app.memory.available_bytes();
     assert!(reserved <= 64 << 20);
     // Closing them returns the memory.
@@ -310,6 +343,9 @@ async fn one_client_cannot_lock_the_others_out() {
     let mut config = Config::demo(demo_dir());
     config.limits.stall_timeout_secs = 2.0;
     config.limits.requests_per_second = 20;
+    config.limits.memory_budget_bytes = Some(256 << 20);
+    config.limits.memory_per_caller_bytes = Some(64 << 20);
+    config.limits.admission_wait_secs = 0.2;
     let d = start(config).await;
     // A flooder at 127.0.0.2: 256 tiny non-reading streams on one connection.
     let flooder = raw_client(&d.addr, "127.0.0.2").await;
@@ -318,8 +354,7 @@ async fn one_client_cannot_lock_the_others_out() {
     for _ in 0..256 {
         let mut f = flooder.clone();
         tasks.push(tokio::spawn(async move {
-            let mut r = request(1);
-            r.patch_size = 16;
+            let mut r = request(4);
             r.sampler = pb::Sampler::Random as i32;
             r.samples_per_epoch = 100_000;
             tokio::time::timeout(Duration::from_secs(1), f.stream_batches(r)).await
@@ -330,7 +365,17 @@ async fn one_client_cannot_lock_the_others_out() {
             opened.push(s);
         }
     }
-    assert!(opened.len() <= 64, "the flooder got {} streams (its own share is 64)", opened.len());
+    assert!(
+        !opened.is_empty() && opened.len() <= 3,
+        "the flooder got {} streams of 24 MiB (its memory share is 64 MiB)",
+        opened.len()
+    );
+    assert!(
+        d.app
+            .metrics
+            .render()
+            .contains("cogfeed_admission_refused_total{limit=\"caller_memory\"}")
+    );
     // And floods calls, spending its own rate allowance.
     let mut f = flooder.clone();
     let mut throttled = 0;
@@ -342,7 +387,8 @@ async fn one_client_cannot_lock_the_others_out() {
         }
     }
     assert!(throttled > 0, "the flood was not throttled");
-    // Another client at 127.0.0.3 streams normally meanwhile.
+    // Another client at 127.0.0.3 streams normally meanwhile, and reads a 16 MiB window:
+    // the flooder cannot have spent the daemon's memory.
     let mut other = raw_client(&d.addr, "127.0.0.3").await;
     let mut s = other.stream_batches(request(2)).await.unwrap().into_inner();
     let mut got = 0;
@@ -351,6 +397,17 @@ async fn one_client_cannot_lock_the_others_out() {
         got += 1;
     }
     assert_eq!(got, 32, "64 aligned windows in batches of 2");
+    let w = other
+        .read_window(pb::ReadWindowRequest {
+            dataset: "demo".into(),
+            width: 1024,
+            height: 1024,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(w.image.unwrap().data.len(), 8 << 20);
     // The flooder's streams end after the stall timeout: slots and memory come back.
     let deadline = Instant::now() + Duration::from_secs(15);
     while d.app.active_streams() > 0 && Instant::now() < deadline {

@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::{AuthConfig, LimitsConfig};
 use crate::error::{Error, Result};
+use crate::memory::MemoryBudget;
 
 /// An authenticated (or anonymous) caller.
 #[derive(Debug, Clone)]
@@ -31,6 +32,8 @@ struct Caller {
     scope: Scope,
     streams: Arc<Semaphore>,
     max_streams: usize,
+    /// This caller's share of the daemon's memory budget.
+    memory: MemoryBudget,
     rate: DefaultDirectRateLimiter,
     requests_per_second: u32,
 }
@@ -42,7 +45,7 @@ enum Scope {
 }
 
 impl Principal {
-    fn new(name: String, scope: Scope, max_streams: usize, requests_per_second: u32) -> Self {
+    fn new(name: String, scope: Scope, max_streams: usize, requests_per_second: u32, memory_share: u64) -> Self {
         let rps = NonZeroU32::new(requests_per_second).unwrap_or(NonZeroU32::MIN);
         let burst = rps.saturating_mul(NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN));
         Self {
@@ -51,6 +54,7 @@ impl Principal {
                 scope,
                 streams: Arc::new(Semaphore::new(max_streams)),
                 max_streams,
+                memory: MemoryBudget::named(memory_share, "limits.memory_per_caller_bytes"),
                 rate: RateLimiter::direct(Quota::per_second(rps).allow_burst(burst)),
                 requests_per_second,
             }),
@@ -87,6 +91,11 @@ impl Principal {
         }
     }
 
+    /// This caller's share of the memory budget (a request reserves here and globally).
+    pub fn memory(&self) -> &MemoryBudget {
+        &self.inner.memory
+    }
+
     /// One of this caller's stream slots, or RESOURCE_EXHAUSTED.
     pub fn stream_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
         self.inner.streams.clone().try_acquire_owned().map_err(|_| {
@@ -121,7 +130,7 @@ pub struct Auth {
     anonymous: Mutex<HashMap<IpAddr, Principal>>,
     /// Anonymous callers without a known address, or past the address cap.
     anonymous_rest: Principal,
-    anonymous_limits: (usize, u32),
+    anonymous_limits: (usize, u32, u64),
     metrics: Option<[u8; 32]>,
 }
 
@@ -147,6 +156,7 @@ impl Auth {
                 scope,
                 t.max_streams.unwrap_or(limits.max_streams_per_token),
                 t.requests_per_second.unwrap_or(limits.requests_per_second),
+                limits.memory_per_caller(),
             );
             tokens.push((digest(&t.sha256, &format!("auth.tokens #{}", i + 1))?, principal));
         }
@@ -163,8 +173,13 @@ impl Auth {
                 Scope::All,
                 limits.max_streams_per_token,
                 limits.requests_per_second,
+                limits.memory_per_caller(),
             ),
-            anonymous_limits: (limits.max_streams_per_token, limits.requests_per_second),
+            anonymous_limits: (
+                limits.max_streams_per_token,
+                limits.requests_per_second,
+                limits.memory_per_caller(),
+            ),
             metrics,
         })
     }
@@ -186,8 +201,8 @@ impl Auth {
                 return self.anonymous_rest.clone();
             }
         }
-        let (streams, rps) = self.anonymous_limits;
-        let p = Principal::new(format!("anonymous caller at {ip}"), Scope::All, streams, rps);
+        let (streams, rps, memory) = self.anonymous_limits;
+        let p = Principal::new(format!("anonymous caller at {ip}"), Scope::All, streams, rps, memory);
         table.insert(ip, p.clone());
         p
     }

@@ -49,7 +49,7 @@ pub struct FeedService {
 }
 
 /// Bytes of a response that hold their share of the memory budget until sent.
-struct Reserved(Vec<u8>, #[allow(dead_code)] Arc<Reservation>);
+struct Reserved(Vec<u8>, #[allow(dead_code)] Arc<(Reservation, Reservation)>);
 
 impl AsRef<[u8]> for Reserved {
     fn as_ref(&self) -> &[u8] {
@@ -82,6 +82,22 @@ impl FeedService {
     fn refused(&self, limit: &str, e: Error) -> Status {
         self.metrics.admission_refused.with_label_values(&[limit]).inc();
         e.to_status()
+    }
+
+    /// Reserves `bytes` from the caller's share, then from the daemon's budget.
+    async fn reserve(&self, caller: &Principal, bytes: u64, what: &str) -> Result<(Reservation, Reservation), Status> {
+        let wait = self.limits.admission_wait();
+        let own = caller
+            .memory()
+            .reserve(bytes, &format!("{what} for {}", caller.name()), wait)
+            .await
+            .map_err(|e| self.refused("caller_memory", e))?;
+        let all = self
+            .memory
+            .reserve(bytes, what, wait)
+            .await
+            .map_err(|e| self.refused("memory", e))?;
+        Ok((own, all))
     }
 
     /// Adds the client's reported data wait to its job's counter.
@@ -188,15 +204,8 @@ impl Feed for FeedService {
             .acquire(&r.get_ref().job)
             .map_err(|e| self.refused("job", e))?;
         let batch_mib = admitted.stream_bytes as f64 / (1u64 << 20) as f64;
-        let memory = self
-            .memory
-            .reserve(
-                admitted.stream_bytes,
-                &format!("a stream holding up to {batch_mib:.1} MiB of batches"),
-                self.limits.admission_wait(),
-            )
-            .await
-            .map_err(|e| self.refused("memory", e))?;
+        let what = format!("a stream holding up to {batch_mib:.1} MiB of batches");
+        let memory = self.reserve(&caller, admitted.stream_bytes, &what).await?;
         let mut job = admitted.job;
         job.metrics = Some(self.metrics.clone());
         job.shutdown = Some(self.shutdown.clone());
@@ -258,16 +267,9 @@ impl Feed for FeedService {
         self.allowed(&r, &r.get_ref().dataset)?;
         let w = job::window_job(&self.catalog, &self.limits, r.get_ref())?;
         // The response, plus as much again for the stitching and the encoder's copy.
-        let memory = Arc::new(
-            self.memory
-                .reserve(
-                    w.bytes.saturating_mul(2),
-                    &format!("a window of {} bytes", w.bytes),
-                    self.limits.admission_wait(),
-                )
-                .await
-                .map_err(|e| self.refused("memory", e))?,
-        );
+        let caller = self.caller(&r)?;
+        let what = format!("a window of {} bytes", w.bytes);
+        let memory = Arc::new(self.reserve(&caller, w.bytes.saturating_mul(2), &what).await?);
         let ds = &w.dataset;
         let scene = &ds.scenes[w.scene];
         let context = format!("dataset {}", ds.name);
