@@ -86,6 +86,13 @@ scrape_configs:
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
         subprocess.run([client, "--server", f"127.0.0.1:{grpc}", "stream", "--dataset", "demo", "--patch-size",
                         "9999"], capture_output=True)
+        # A Python loader over two epochs: it reports its data wait at each stream open.
+        subprocess.run([sys.executable, "-c", (
+            "import cogfeed\n"
+            f"l = cogfeed.Loader('127.0.0.1:{grpc}', 'demo', job='train-py', batch_size=8, max_batches=20)\n"
+            "for e in range(2):\n"
+            "    l.set_epoch(e)\n"
+            "    for b in l: pass\n")], check=True, capture_output=True, timeout=120)
         for p in load:
             p.wait(60)
         time.sleep(3)
