@@ -16,7 +16,7 @@ use cogfeed_proto::v1::feed_server::FeedServer;
 use crate::api::auth::{Auth, JobSlots};
 use crate::api::peer::PeerService;
 use crate::api::{FeedService, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, connections, tls};
-use crate::cache::{HeaderCache, TileCache};
+use crate::cache::{HeaderCache, TileCache, TileSource};
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
 use crate::cog::OpenOptions;
@@ -34,7 +34,10 @@ pub const DRAIN: Duration = Duration::from_secs(8);
 #[derive(Debug, Clone)]
 pub struct App {
     pub catalog: Arc<Catalog>,
+    /// This replica's tile cache (what the Peer service serves from).
     pub cache: TileCache,
+    /// Where streams get tiles: the cache, or the fleet around it.
+    pub tiles: Arc<dyn TileSource>,
     pub headers: HeaderCache,
     pub stores: Arc<Stores>,
     pub config: Config,
@@ -96,7 +99,8 @@ impl App {
             Some(t) => Some(tls::Reloading::new(t.clone())?),
             None => None,
         };
-        let mut cache = TileCache::with_metrics(config.cache.capacity_bytes, Some(metrics.clone()));
+        let cache = TileCache::with_metrics(config.cache.capacity_bytes, Some(metrics.clone()));
+        let mut tiles: Arc<dyn TileSource> = Arc::new(cache.clone());
         let cluster = match &config.cluster {
             Some(c) => {
                 let cluster = Cluster::new(c, Some(metrics.clone()))?;
@@ -104,7 +108,7 @@ impl App {
                     cluster.watch_dns(dns.clone(), Duration::from_secs_f64(c.refresh_secs), stop.clone());
                 }
                 let near = c.near_cache_bytes.unwrap_or(config.cache.capacity_bytes / 8);
-                cache = cache.with_cluster(cluster.clone(), near);
+                tiles = Arc::new(crate::cluster::FleetTiles::new(cache.clone(), cluster.clone(), near));
                 Some(cluster)
             }
             None => None,
@@ -119,6 +123,7 @@ impl App {
         Ok(Self {
             catalog,
             cache,
+            tiles,
             headers,
             stores,
             streams: Arc::new(Semaphore::new(config.limits.max_streams)),
@@ -138,7 +143,7 @@ impl App {
     pub fn service(&self) -> FeedService {
         FeedService {
             catalog: self.catalog.clone(),
-            cache: self.cache.clone(),
+            tiles: self.tiles.clone(),
             limits: self.config.limits.clone(),
             streams: self.streams.clone(),
             metrics: self.metrics.clone(),

@@ -4,12 +4,12 @@
 //! size when the store has none), so a replaced object never mixes old and new tiles.
 //! `try_get_with` gives single-flight: concurrent requests for one missing tile cause one
 //! range GET and one decode; the others wait for it. moka weights are u32, so tiles are
-//! weighed in KiB and caches larger than 4 GiB work.
+//! weighed in KiB and caches larger than 4 GiB work. The cache knows nothing of a fleet:
+//! `cluster::FleetTiles` wraps it behind the same [`TileSource`] interface.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::cluster::{Cluster, Owner};
 use crate::cog::{Cog, TiffError, TiffResult};
 use crate::metrics::{Metrics, Timer};
 
@@ -67,6 +67,21 @@ impl TileKey {
 /// A decoded block, shared by every reader.
 pub type Tile = Arc<Vec<u8>>;
 
+/// Where the pipeline gets decoded tiles: this replica's cache ([`TileCache`]), or, in a
+/// fleet, the cluster's wrapper around it (`cluster::FleetTiles`), decorator style.
+#[async_trait::async_trait]
+pub trait TileSource: Send + Sync + std::fmt::Debug {
+    /// Block `block` of `level` of `object`, decoded, loaded once however many ask.
+    async fn tile(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile>;
+}
+
+#[async_trait::async_trait]
+impl TileSource for TileCache {
+    async fn tile(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile> {
+        self.get_local(object, level, block).await
+    }
+}
+
 /// Cache counters.
 #[derive(Debug, Default)]
 pub struct CacheStats {
@@ -82,8 +97,6 @@ pub struct TileCache {
     cache: moka::future::Cache<TileKey, Tile>,
     stats: Arc<CacheStats>,
     metrics: Option<Arc<Metrics>>,
-    /// In a fleet: tiles other replicas own go to `near`, fetched from their owner.
-    fleet: Option<(Arc<Cluster>, moka::future::Cache<TileKey, Tile>)>,
 }
 
 impl std::fmt::Debug for TileCache {
@@ -119,20 +132,7 @@ impl TileCache {
             cache: builder.build(),
             stats: Arc::new(CacheStats::default()),
             metrics,
-            fleet: None,
         }
-    }
-
-    /// Joins a fleet: tiles owned by other members are asked from them and kept in a near
-    /// cache of `near_bytes`, so this replica's main cache holds only what it owns and the
-    /// fleet caches each tile once.
-    pub fn with_cluster(mut self, cluster: Arc<Cluster>, near_bytes: u64) -> Self {
-        let near = moka::future::Cache::builder()
-            .max_capacity((near_bytes / 1024).max(1))
-            .weigher(|_k: &TileKey, v: &Tile| (v.len() / 1024).clamp(1, u32::MAX as usize) as u32)
-            .build();
-        self.fleet = Some((cluster, near));
-        self
     }
 
     /// Counters.
@@ -145,76 +145,20 @@ impl TileCache {
         self.cache.weighted_size()
     }
 
-    /// Block `block` of `level` of `object`, from the cache or loaded once (in a fleet:
-    /// from its owner, or from the store when this replica owns it or the owner is gone).
-    pub async fn get(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile> {
-        if let Some((cluster, near)) = &self.fleet {
-            let key = object.key(level, block);
-            if let Owner::Peer(peer) = cluster.owner(&key) {
-                return self.get_near(cluster, near, peer, &object.cog, key).await;
-            }
-        }
-        self.get_local(object, level, block).await
-    }
-
-    /// A tile another replica owns: near cache, else its owner (single-flight), else, when
-    /// the owner fails, the next owner or the store.
-    async fn get_near(
-        &self,
-        cluster: &Arc<Cluster>,
-        near: &moka::future::Cache<TileKey, Tile>,
-        peer: String,
-        cog: &Cog,
-        key: TileKey,
-    ) -> TiffResult<Tile> {
-        if let Some(tile) = near.get(&key).await {
-            self.hit();
-            return Ok(tile);
-        }
-        let loaded = AtomicBool::new(false);
-        let (level, block) = (key.level as usize, key.block as usize);
-        let result = near
-            .try_get_with(key.clone(), async {
-                loaded.store(true, Ordering::Relaxed);
-                let mut owner = peer;
-                // The owner, then (if it failed and was skipped) the next owner, then ourselves.
-                for _ in 0..2 {
-                    match cluster.fetch(&owner, &key).await {
-                        Ok(tile) => {
-                            self.loaded_from("peer");
-                            return Ok(tile);
-                        }
-                        Err(e) => {
-                            tracing::debug!(peer = %owner, error = %e, "peer tile request failed");
-                            match cluster.owner(&key) {
-                                Owner::Peer(next) if next != owner => owner = next,
-                                _ => break,
-                            }
-                        }
-                    }
-                }
-                self.load(cog, level, block).await
-            })
-            .await
-            .map_err(|e: Arc<TiffError>| (*e).clone());
-        self.miss_or_wait(loaded.load(Ordering::Relaxed));
-        result
-    }
-
-    fn hit(&self) {
+    pub(crate) fn hit(&self) {
         self.stats.hits.fetch_add(1, Ordering::Relaxed);
         if let Some(m) = &self.metrics {
             m.cache_hits.inc();
         }
     }
 
-    fn loaded_from(&self, source: &str) {
+    pub(crate) fn loaded_from(&self, source: &str) {
         if let Some(m) = &self.metrics {
             m.tiles_loaded.with_label_values(&[source]).inc();
         }
     }
 
-    fn miss_or_wait(&self, miss: bool) {
+    pub(crate) fn miss_or_wait(&self, miss: bool) {
         if miss {
             self.stats.misses.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -231,7 +175,7 @@ impl TileCache {
     }
 
     /// Fetches and decodes one block from the store.
-    async fn load(&self, cog: &Cog, level: usize, block: usize) -> TiffResult<Tile> {
+    pub(crate) async fn load(&self, cog: &Cog, level: usize, block: usize) -> TiffResult<Tile> {
         let raw = cog.fetch_blocks(level, &[block]).await?;
         let timer = self.metrics.as_ref().map(|m| {
             let codec = cog.level(level).map(|l| l.compression.name()).unwrap_or_default();

@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status};
 use cogfeed_proto::v1 as pb;
 use cogfeed_proto::v1::feed_server::Feed;
 
-use crate::cache::TileCache;
+use crate::cache::TileSource;
 use crate::catalog::Catalog;
 use crate::config::LimitsConfig;
 use crate::error::Error;
@@ -34,7 +34,8 @@ pub const DATA_WAIT_HEADER: &str = "cogfeed-data-wait-seconds";
 #[derive(Debug)]
 pub struct FeedService {
     pub catalog: Arc<Catalog>,
-    pub cache: TileCache,
+    /// Decoded tiles: this replica's cache, or the fleet around it.
+    pub tiles: Arc<dyn TileSource>,
     pub limits: LimitsConfig,
     pub streams: Arc<Semaphore>,
     pub metrics: Arc<Metrics>,
@@ -235,7 +236,7 @@ impl Feed for FeedService {
         let (tx, rx) = mpsc::channel(self.limits.stream_queue_batches);
         let observer: Arc<dyn QueueObserver> = queue.clone();
         tokio::spawn(tracing::Instrument::instrument(
-            pipeline::run(job, self.cache.clone(), tx, Some(observer)),
+            pipeline::run(job, self.tiles.clone(), tx, Some(observer)),
             span.clone(),
         ));
         let stream = MeteredStream::new(
@@ -273,12 +274,12 @@ impl Feed for FeedService {
         let ds = &w.dataset;
         let scene = &ds.scenes[w.scene];
         let context = format!("dataset {}", ds.name);
-        let image = patch::read(&self.cache, &scene.object, w.window, &w.bands, 0.0)
+        let image = patch::read(self.tiles.as_ref(), &scene.object, w.window, &w.bands, 0.0)
             .await
             .map_err(|e| Error::tiff(scene.object.url.as_ref(), e).to_status_in(&context))?;
         let label = match (&scene.label, w.labels) {
             (Some(l), true) => Some(
-                patch::read(&self.cache, l, w.window, &[0], 0.0)
+                patch::read(self.tiles.as_ref(), l, w.window, &[0], 0.0)
                     .await
                     .map_err(|e| Error::tiff(l.url.as_ref(), e).to_status_in(&context))?,
             ),

@@ -5,6 +5,9 @@
 //! waits on a dead replica.
 
 pub mod ring;
+pub mod tiles;
+
+pub use tiles::FleetTiles;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};

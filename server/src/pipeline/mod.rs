@@ -19,7 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::cache::TileCache;
+use crate::cache::TileSource;
 use crate::catalog::Dataset;
 use crate::cog::{TiffError, on_cpu_pool};
 use crate::config::OnCorrupt;
@@ -116,7 +116,7 @@ struct Sample {
     window: WindowSpec,
 }
 
-async fn load_sample(job: &StreamJob, cache: &TileCache, i: u64) -> Result<Sample, Error> {
+async fn load_sample(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sample, Error> {
     let ds = &job.dataset;
     let window = job.plan.window(i);
     let scene = &ds.scenes[window.scene as usize];
@@ -212,7 +212,7 @@ pub trait QueueObserver: Send + Sync {
 /// Runs the stream: sends each batch (or the error that ended it) into `tx`.
 pub async fn run(
     job: StreamJob,
-    cache: TileCache,
+    cache: Arc<dyn TileSource>,
     tx: mpsc::Sender<Result<BatchOut, Error>>,
     queue: Option<Arc<dyn QueueObserver>>,
 ) {
@@ -222,7 +222,7 @@ pub async fn run(
     let shared = Arc::new((job.clone(), cache.clone()));
     let loads = samples.map(move |i| {
         let shared = shared.clone();
-        async move { (i, load_sample(&shared.0, &shared.1, i).await) }
+        async move { (i, load_sample(&shared.0, shared.1.as_ref(), i).await) }
     });
     let mut loaded = lookahead::Lookahead::new(loads, job.prefetch);
     if let Some((budget, sample_bytes, reserved)) = &job.budget {

@@ -2,7 +2,7 @@
 //! array, padded with the fill value where the window leaves the scene. The one window
 //! loader of the daemon: streams and `ReadWindow` both read through it.
 
-use crate::cache::{Tile, TileCache, TileObject};
+use crate::cache::{Tile, TileObject, TileSource};
 use crate::cog::{Level, Raster, TiffResult, WindowRequest, dtype, on_cpu_pool, window};
 use crate::sampler::WindowSpec;
 
@@ -19,7 +19,7 @@ pub struct RegionTiles {
 
 /// Fetches the tiles of `window` (clipped to the scene) for `bands` of `object`.
 pub async fn fetch_region(
-    cache: &TileCache,
+    cache: &dyn TileSource,
     object: &TileObject,
     window: WindowSpec,
     bands: &[usize],
@@ -41,7 +41,7 @@ pub async fn fetch_region(
     window::validate(&level, &request, object.cog.max_window_bytes())?;
     let blocks = window::blocks_for(&level, &request, bands);
     let tiles =
-        futures::future::try_join_all(blocks.iter().map(|&b| cache.get(object, window.level as usize, b))).await?;
+        futures::future::try_join_all(blocks.iter().map(|&b| cache.tile(object, window.level as usize, b))).await?;
     Ok(RegionTiles {
         level,
         request,
@@ -56,7 +56,7 @@ pub async fn fetch_region(
 /// Reads `window` of `object` for `bands`: the tiles through the cache, stitched and
 /// padded on the CPU pool.
 pub async fn read(
-    cache: &TileCache,
+    cache: &dyn TileSource,
     object: &TileObject,
     window: WindowSpec,
     bands: &[usize],
