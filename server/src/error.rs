@@ -53,6 +53,22 @@ pub enum Error {
     /// A bad argument that is not about a particular object.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A dataset (or catalog object) a request names does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// A valid request the dataset cannot serve (labels it does not have, a stale version).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// The client read nothing for the stall timeout; its stream was ended.
+    #[error(
+        "stream ended: the client read nothing for {secs} s (limits.stall_timeout_secs); resume from the cursor of the last batch received (at least {cursor})"
+    )]
+    Stalled {
+        /// The stall timeout in seconds.
+        secs: f64,
+        /// Where the batches the client has surely taken end.
+        cursor: u64,
+    },
     /// The caller could not be authenticated.
     #[error("unauthenticated: {0}")]
     Unauthenticated(String),
@@ -103,7 +119,9 @@ impl Error {
                 TiffError::Read(ReadError::Changed) => ErrorCode::FailedPrecondition,
             },
             Error::InvalidUrl { .. } | Error::InvalidArgument(_) => ErrorCode::InvalidArgument,
-            Error::ShuttingDown { .. } => ErrorCode::Unavailable,
+            Error::ShuttingDown { .. } | Error::Stalled { .. } => ErrorCode::Unavailable,
+            Error::NotFound(_) => ErrorCode::NotFound,
+            Error::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
             Error::Unauthenticated(_) => ErrorCode::Unauthenticated,
             Error::PermissionDenied(_) => ErrorCode::PermissionDenied,
             Error::LimitExceeded(_) => ErrorCode::ResourceExhausted,

@@ -74,7 +74,7 @@ impl FeedService {
     fn allowed<T>(&self, r: &Request<T>, dataset: &str) -> Result<Principal, Status> {
         let caller = self.caller(r)?;
         if dataset.chars().count() > job::MAX_NAME_CHARS {
-            return Err(Status::not_found(format!("dataset {} not found", job::shown(dataset))));
+            return Err(Error::NotFound(format!("dataset {} not found", job::shown(dataset))).into());
         }
         caller.check(dataset).map_err(|e| e.to_status())?;
         Ok(caller)
@@ -284,10 +284,11 @@ impl Feed for FeedService {
                     .map_err(|e| Error::tiff(l.url.as_ref(), e).to_status_in(&context))?,
             ),
             (None, true) => {
-                return Err(Status::failed_precondition(format!(
+                return Err(Error::FailedPrecondition(format!(
                     "scene {} of dataset {} has no label",
                     scene.name, ds.name
-                )));
+                ))
+                .into());
             }
             _ => None,
         };

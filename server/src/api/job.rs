@@ -7,12 +7,11 @@
 
 use std::sync::Arc;
 
-use tonic::Status;
-
 use cogfeed_proto::v1 as pb;
 
 use crate::catalog::{Catalog, Dataset};
 use crate::config::{LimitsConfig, OnCorrupt};
+use crate::error::Error;
 use crate::memory::MemoryBudget;
 use crate::pipeline::StreamJob;
 use crate::pipeline::lookahead::Depth;
@@ -26,8 +25,8 @@ pub const MAX_NAME_CHARS: usize = 128;
 /// being assembled, two in the transport (tonic's encode buffer, HTTP/2's send buffer).
 const BATCHES_BESIDE_QUEUE: u64 = 4;
 
-fn invalid(msg: impl Into<String>) -> Status {
-    Status::invalid_argument(msg.into())
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::InvalidArgument(msg.into())
 }
 
 /// A client string for a message: at most 64 characters, control characters escaped.
@@ -39,7 +38,7 @@ pub fn shown(s: &str) -> String {
 
 /// Checks a job name: up to 128 letters, digits and `- _ . : / @ +` (it becomes a log field
 /// and a metric label, so nothing that could forge a line or bloat an exposition).
-pub fn check_job(job: &str) -> Result<(), Status> {
+pub fn check_job(job: &str) -> Result<(), Error> {
     if job.chars().count() > MAX_NAME_CHARS {
         return Err(invalid(format!(
             "job name of {} characters (at most {MAX_NAME_CHARS})",
@@ -59,18 +58,18 @@ pub fn check_job(job: &str) -> Result<(), Status> {
 }
 
 /// The dataset called `name`, or NOT_FOUND (the name shown bounded and escaped).
-pub fn dataset(catalog: &Catalog, name: &str) -> Result<Arc<Dataset>, Status> {
+pub fn dataset(catalog: &Catalog, name: &str) -> Result<Arc<Dataset>, Error> {
     if name.chars().count() <= MAX_NAME_CHARS
         && let Some(d) = catalog.get(name)
     {
         return Ok(d);
     }
-    Err(Status::not_found(format!("dataset {} not found", shown(name))))
+    Err(Error::NotFound(format!("dataset {} not found", shown(name))))
 }
 
 /// The 0-based bands of a request: the dataset's bands when none are named, else the named
 /// ones, each among the dataset's served bands and none twice.
-pub fn bands(ds: &Dataset, requested: &[u32]) -> Result<Vec<usize>, Status> {
+pub fn bands(ds: &Dataset, requested: &[u32]) -> Result<Vec<usize>, Error> {
     if requested.is_empty() {
         return Ok(ds.bands.clone());
     }
@@ -112,7 +111,7 @@ pub fn bands(ds: &Dataset, requested: &[u32]) -> Result<Vec<usize>, Status> {
     Ok(out)
 }
 
-fn corrupt_policy(ds: &Dataset, requested: &str) -> Result<OnCorrupt, Status> {
+fn corrupt_policy(ds: &Dataset, requested: &str) -> Result<OnCorrupt, Error> {
     match requested {
         "" => Ok(ds.on_corrupt),
         "fail" => Ok(OnCorrupt::Fail),
@@ -136,7 +135,7 @@ pub fn stream_job(
     limits: &LimitsConfig,
     memory: &MemoryBudget,
     r: &pb::StreamBatchesRequest,
-) -> Result<Admitted, Status> {
+) -> Result<Admitted, Error> {
     let ds = dataset(catalog, &r.dataset)?;
     check_job(&r.job)?;
     let kind = match pb::Sampler::try_from(r.sampler) {
@@ -185,10 +184,7 @@ pub fn stream_job(
         )));
     }
     if r.labels && ds.label_dtype.is_none() {
-        return Err(Status::failed_precondition(format!(
-            "dataset {} has no labels",
-            ds.name
-        )));
+        return Err(Error::FailedPrecondition(format!("dataset {} has no labels", ds.name)));
     }
     let on_corrupt = corrupt_policy(&ds, &r.on_corrupt)?;
     let bands = bands(&ds, &r.bands)?;
@@ -315,7 +311,7 @@ pub struct WindowJob {
 }
 
 /// Validates a `ReadWindow` request.
-pub fn window_job(catalog: &Catalog, limits: &LimitsConfig, r: &pb::ReadWindowRequest) -> Result<WindowJob, Status> {
+pub fn window_job(catalog: &Catalog, limits: &LimitsConfig, r: &pb::ReadWindowRequest) -> Result<WindowJob, Error> {
     let ds = dataset(catalog, &r.dataset)?;
     let scene = r.scene as usize;
     if scene >= ds.scenes.len() {
@@ -343,10 +339,7 @@ pub fn window_job(catalog: &Catalog, limits: &LimitsConfig, r: &pb::ReadWindowRe
     let label_size = match (r.labels, ds.label_dtype) {
         (true, Some(d)) => d.size() as u64,
         (true, None) => {
-            return Err(Status::failed_precondition(format!(
-                "dataset {} has no labels",
-                ds.name
-            )));
+            return Err(Error::FailedPrecondition(format!("dataset {} has no labels", ds.name)));
         }
         (false, _) => 0,
     };
@@ -388,7 +381,7 @@ mod tests {
         assert!(check_job(&"x".repeat(129)).is_err());
         assert!(check_job("a\nforged log line").is_err());
         let e = check_job("\u{1b}[31mred").unwrap_err();
-        assert!(!e.message().contains('\u{1b}'), "{}", e.message());
+        assert!(!e.to_string().contains('\u{1b}'), "{e}");
         assert!(shown(&"y".repeat(900_000)).len() < 80);
     }
 }

@@ -64,17 +64,15 @@ impl Peer for PeerService {
         };
         let Some(object) = self.catalog.object(&t.object) else {
             count("not_found");
-            return Err(Status::not_found(format!(
-                "object {} is not in this replica's catalog",
-                t.object
-            )));
+            return Err(Error::NotFound(format!("object {} is not in this replica's catalog", t.object)).to_status());
         };
         if *object.version != *t.version {
             count("stale");
-            return Err(Status::failed_precondition(format!(
+            return Err(Error::FailedPrecondition(format!(
                 "object {} is at version {} here, {} was asked for",
                 t.object, object.version, t.version
-            )));
+            ))
+            .to_status());
         }
         let tile = self
             .cache

@@ -248,11 +248,11 @@ impl Stream for MeteredStream {
             self.done = true;
             self.rx.close();
             let cursor = self.lease.stalled_cursor.load(Ordering::Relaxed);
-            let status = Status::unavailable(format!(
-                "stream ended: the client read nothing for {} s (limits.stall_timeout_secs); \
-                 resume from the cursor of the last batch received (at least {cursor})",
-                self.queue.stall_secs
-            ));
+            let status = Error::Stalled {
+                secs: self.queue.stall_secs,
+                cursor,
+            }
+            .to_status();
             self.count_error(status.code());
             return Poll::Ready(Some(Err(status)));
         }
