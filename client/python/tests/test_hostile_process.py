@@ -133,14 +133,15 @@ scenes = ["{big_scenes}/scene_00.tif", "{big_scenes}/scene_01.tif"]
         time.sleep(3)
         assert proc.poll() is None, "the daemon died:\n" + "".join(logs[-20:])
         assert set(codes["window_dup"]) == {"INVALID_ARGUMENT"}, codes
-        assert set(codes["window"]) <= {"OK", "RESOURCE_EXHAUSTED"} and "OK" in codes["window"], codes
+        # Whole-scene windows race the idle streams for the budget: served, or refused by name.
+        assert set(codes["window"]) <= {"OK", "RESOURCE_EXHAUSTED"} and len(codes["window"]) == 4, codes
         assert codes["huge"] == ["RESOURCE_EXHAUSTED"], codes
         # Clients that go away return what they held; a well-behaved client is served.
         for call in held:
             call.cancel()
         time.sleep(1)
-        r = stub.ReadWindow(pb.ReadWindowRequest(dataset="big", scene=1, width=256, height=256), timeout=60)
-        assert len(r.image.data) == 256 * 256 * 4 * 2
+        r = stub.ReadWindow(pb.ReadWindowRequest(dataset="big", scene=1, width=2048, height=2048), timeout=60)
+        assert len(r.image.data) == 2048 * 2048 * 4 * 2
         peak = rss_peak_bytes(proc.pid)
         bound = budget + cache + 512 * MIB
         print(f"peak RSS {peak / MIB:.0f} MiB, bound {bound / MIB:.0f} MiB")
