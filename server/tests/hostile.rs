@@ -452,3 +452,39 @@ async fn idle_connections_are_closed_and_cannot_keep_clients_out() {
     assert!(open <= 2, "{open} connections still open");
     drop(idle);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_are_not_rate_limited_but_clients_are() {
+    let mut config = Config::demo(demo_dir());
+    config.limits.requests_per_second = 2;
+    let d = start(config).await;
+    let scene = d.app.catalog.get("demo").unwrap().scenes[0].object.clone();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", d.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut peer = cogfeed_proto::v1::peer_client::PeerClient::new(channel.clone()).max_decoding_message_size(1 << 30);
+    for block in 0..20 {
+        let tile = peer
+            .get_tile(pb::TileRequest {
+                object: scene.url.to_string(),
+                version: scene.version.to_string(),
+                level: 0,
+                block,
+            })
+            .await
+            .unwrap_or_else(|s| panic!("peer call {block} refused: {s}"));
+        assert!(!tile.into_inner().data.is_empty());
+    }
+    // The same caller through the Feed service is held to its 2 calls per second.
+    let mut feed = FeedClient::new(channel);
+    let mut throttled = 0;
+    for _ in 0..20 {
+        if let Err(s) = feed.list_datasets(pb::ListDatasetsRequest {}).await {
+            assert_eq!(s.code(), tonic::Code::ResourceExhausted);
+            throttled += 1;
+        }
+    }
+    assert!(throttled >= 10, "{throttled} of 20 throttled");
+}
