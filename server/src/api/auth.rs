@@ -259,24 +259,26 @@ impl Auth {
     /// A tonic interceptor: authenticates and rate-limits every call, and attaches the
     /// [`Principal`] to the request for the service.
     pub fn interceptor(self: &Arc<Self>) -> impl tonic::service::Interceptor + Clone + use<> {
-        let auth = self.clone();
-        move |mut request: tonic::Request<()>| {
-            let header = request.metadata().get("authorization").map(|v| v.as_bytes());
-            let ip = super::connections::remote_addr(&request).map(|a| a.ip());
-            let principal = auth.admit(header, ip).map_err(|e| e.to_status())?;
-            request.extensions_mut().insert(principal);
-            Ok(request)
-        }
+        self.intercept(true)
     }
 
     /// The Peer service's interceptor: authenticates, never rate-limits (a throttled
     /// replica would look dead to its peers and fetch from the store instead).
     pub fn peer_interceptor(self: &Arc<Self>) -> impl tonic::service::Interceptor + Clone + use<> {
+        self.intercept(false)
+    }
+
+    fn intercept(self: &Arc<Self>, rate_limited: bool) -> impl tonic::service::Interceptor + Clone + use<> {
         let auth = self.clone();
         move |mut request: tonic::Request<()>| {
             let header = request.metadata().get("authorization").map(|v| v.as_bytes());
             let ip = super::connections::remote_addr(&request).map(|a| a.ip());
-            let principal = auth.authenticate(header, ip).map_err(|e| e.to_status())?;
+            let principal = if rate_limited {
+                auth.admit(header, ip)
+            } else {
+                auth.authenticate(header, ip)
+            }
+            .map_err(|e| e.to_status())?;
             request.extensions_mut().insert(principal);
             Ok(request)
         }

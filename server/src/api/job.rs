@@ -111,6 +111,17 @@ pub fn bands(ds: &Dataset, requested: &[u32]) -> Result<Vec<usize>, Error> {
     Ok(out)
 }
 
+/// `value` of the request field `what` is positive and at most `limit`.
+fn within(what: &str, value: u32, limit: u32) -> Result<(), Error> {
+    if value == 0 {
+        return Err(invalid(format!("{what} must be positive")));
+    }
+    if value > limit {
+        return Err(invalid(format!("{what} {value} exceeds the limit of {limit}")));
+    }
+    Ok(())
+}
+
 fn corrupt_policy(ds: &Dataset, requested: &str) -> Result<OnCorrupt, Error> {
     match requested {
         "" => Ok(ds.on_corrupt),
@@ -144,24 +155,8 @@ pub fn stream_job(
         Ok(pb::Sampler::Random) | Ok(pb::Sampler::Unspecified) => SamplerKind::Random,
         Err(_) => return Err(invalid(format!("unknown sampler {}", r.sampler))),
     };
-    if r.batch_size == 0 {
-        return Err(invalid("batch_size must be positive"));
-    }
-    if r.batch_size > limits.max_batch_size {
-        return Err(invalid(format!(
-            "batch_size {} exceeds the limit of {}",
-            r.batch_size, limits.max_batch_size
-        )));
-    }
-    if r.patch_size == 0 {
-        return Err(invalid("patch_size must be positive"));
-    }
-    if r.patch_size > limits.max_patch_size {
-        return Err(invalid(format!(
-            "patch_size {} exceeds the limit of {}",
-            r.patch_size, limits.max_patch_size
-        )));
-    }
+    within("batch_size", r.batch_size, limits.max_batch_size)?;
+    within("patch_size", r.patch_size, limits.max_patch_size)?;
     let world = r.world_size.max(1) as u64;
     if r.rank as u64 >= world {
         return Err(invalid(format!("rank {} is not below world_size {world}", r.rank)));
