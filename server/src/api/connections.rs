@@ -244,37 +244,39 @@ impl tonic::transport::server::Connected for Tracked {
     }
 }
 
-/// Accepts connections on `listener` until `stop`; sweeps idle ones every second.
+/// Accepts connections on `listener`; a task sweeps idle ones every second until `stop`.
+/// The listener lives in the returned stream: when the server drops it, the port is free.
 pub fn accept(
     listener: TcpListener,
     registry: Arc<Registry>,
     stop: CancellationToken,
 ) -> impl futures::Stream<Item = io::Result<Tracked>> + Send + 'static {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let sweeper = registry.clone();
     tokio::spawn(async move {
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = sweep.tick() => registry.sweep(),
-                accepted = listener.accept() => match accepted {
-                    Ok((tcp, remote)) => {
-                        let _ = tcp.set_nodelay(true);
-                        let conn = registry.admit(tcp, remote);
-                        if tx.send(Ok(conn)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        // Out of file descriptors or the like: wait, the sweep frees some.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
+                _ = sweep.tick() => sweeper.sweep(),
             }
         }
     });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
+    futures::stream::unfold((listener, registry), |(listener, registry)| async move {
+        loop {
+            match listener.accept().await {
+                Ok((tcp, remote)) => {
+                    let _ = tcp.set_nodelay(true);
+                    let conn = registry.admit(tcp, remote);
+                    return Some((Ok(conn), (listener, registry)));
+                }
+                Err(e) => {
+                    // Out of file descriptors or the like: wait, the sweep frees some.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    })
 }
 
 /// The connection a request came on (plain or TLS).

@@ -176,11 +176,16 @@ where
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
         let mut accepted = std::pin::pin!(accepted);
-        while let Some(conn) = accepted.next().await {
+        loop {
+            // The server went away: drop the accept stream (and its listener) now.
+            let conn = tokio::select! {
+                _ = tx.closed() => return,
+                conn = accepted.next() => match conn {
+                    Some(c) => c,
+                    None => return,
+                },
+            };
             let Ok(conn) = conn else { continue };
-            if tx.is_closed() {
-                return;
-            }
             let acceptor = TlsAcceptor::from(tls.current());
             let tx = tx.clone();
             tokio::spawn(async move {
