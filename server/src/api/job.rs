@@ -122,6 +122,18 @@ fn within(what: &str, value: u32, limit: u32) -> Result<(), Error> {
     Ok(())
 }
 
+/// `level` is an overview level every scene of `ds` has.
+fn check_level(ds: &Dataset, level: u32) -> Result<(), Error> {
+    if level as usize >= ds.levels {
+        return Err(invalid(format!(
+            "level {level} requested, dataset {} has levels 0..={}",
+            ds.name,
+            ds.levels - 1
+        )));
+    }
+    Ok(())
+}
+
 fn corrupt_policy(ds: &Dataset, requested: &str) -> Result<OnCorrupt, Error> {
     match requested {
         "" => Ok(ds.on_corrupt),
@@ -170,14 +182,7 @@ pub fn stream_job(
     if r.normalize && !out.is_float() {
         return Err(invalid("normalize needs a float dtype (float32, float16, bfloat16)"));
     }
-    if r.level as usize >= ds.levels {
-        return Err(invalid(format!(
-            "level {} requested, dataset {} has levels 0..={}",
-            r.level,
-            ds.name,
-            ds.levels - 1
-        )));
-    }
+    check_level(&ds, r.level)?;
     if r.labels && ds.label_dtype.is_none() {
         return Err(Error::FailedPrecondition(format!("dataset {} has no labels", ds.name)));
     }
@@ -323,14 +328,7 @@ pub fn window_job(catalog: &Catalog, limits: &LimitsConfig, r: &pb::ReadWindowRe
             r.width, r.height, limits.max_patch_size
         )));
     }
-    if r.level as usize >= ds.levels {
-        return Err(invalid(format!(
-            "level {} requested, dataset {} has levels 0..={}",
-            r.level,
-            ds.name,
-            ds.levels - 1
-        )));
-    }
+    check_level(&ds, r.level)?;
     let label_size = match (r.labels, ds.label_dtype) {
         (true, Some(d)) => d.size() as u64,
         (true, None) => {
