@@ -67,6 +67,11 @@ impl TileKey {
 /// A decoded block, shared by every reader.
 pub type Tile = Arc<Vec<u8>>;
 
+/// A tile's weight in a moka cache: KiB (moka weights are u32), at least 1.
+pub(crate) fn tile_kib(_key: &TileKey, tile: &Tile) -> u32 {
+    (tile.len() / 1024).clamp(1, u32::MAX as usize) as u32
+}
+
 /// Where the pipeline gets decoded tiles: this replica's cache ([`TileCache`]), or, in a
 /// fleet, the cluster's wrapper around it (`cluster::FleetTiles`), decorator style.
 #[async_trait::async_trait]
@@ -118,7 +123,7 @@ impl TileCache {
     pub fn with_metrics(capacity_bytes: u64, metrics: Option<Arc<Metrics>>) -> Self {
         let mut builder = moka::future::Cache::builder()
             .max_capacity(capacity_bytes / 1024)
-            .weigher(|_k: &TileKey, v: &Tile| (v.len() / 1024).clamp(1, u32::MAX as usize) as u32);
+            .weigher(tile_kib);
         if let Some(m) = &metrics {
             m.cache_capacity_bytes.set(capacity_bytes as i64);
             let evictions = m.cache_evictions.clone();

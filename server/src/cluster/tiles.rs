@@ -32,7 +32,7 @@ impl FleetTiles {
     pub fn new(local: TileCache, cluster: Arc<Cluster>, near_bytes: u64) -> Self {
         let near = moka::future::Cache::builder()
             .max_capacity((near_bytes / 1024).max(1))
-            .weigher(|_k: &TileKey, v: &Tile| (v.len() / 1024).clamp(1, u32::MAX as usize) as u32)
+            .weigher(crate::cache::tile_kib)
             .build();
         Self { local, cluster, near }
     }
