@@ -84,6 +84,12 @@ pub enum Error {
         /// Global sample offset after the last batch sent.
         cursor: u64,
     },
+    /// A STAC document, Item or asset cogfeed cannot use.
+    #[error(transparent)]
+    Stac(#[from] crate::stac::StacError),
+    /// A CRS, transform or footprint that makes no grid.
+    #[error(transparent)]
+    Grid(#[from] crate::grid::GridError),
     /// Local I/O failed (writing output files and the like).
     #[error("{context}: {source}")]
     Io {
@@ -118,7 +124,8 @@ impl Error {
                 TiffError::Read(ReadError::Other(_)) => ErrorCode::Unavailable,
                 TiffError::Read(ReadError::Changed) => ErrorCode::FailedPrecondition,
             },
-            Error::InvalidUrl { .. } | Error::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            Error::InvalidUrl { .. } | Error::InvalidArgument(_) | Error::Grid(_) => ErrorCode::InvalidArgument,
+            Error::Stac(_) => ErrorCode::FailedPrecondition,
             Error::ShuttingDown { .. } | Error::Stalled { .. } => ErrorCode::Unavailable,
             Error::NotFound(_) => ErrorCode::NotFound,
             Error::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
@@ -145,6 +152,7 @@ impl Error {
                 format!("{detail} in {}", object_name(object))
             }
             Error::InvalidUrl { .. } => "invalid object url".into(),
+            Error::Stac(e) => e.client_message(),
             Error::Io { .. } => "internal error".into(),
             other => other.to_string(),
         }

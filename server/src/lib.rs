@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod app;
+pub mod assemble;
 pub mod cache;
 pub mod catalog;
 pub mod cluster;
@@ -17,6 +18,7 @@ pub mod cog;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod grid;
 pub mod inspect;
 pub mod memory;
 pub mod metrics;
@@ -24,6 +26,8 @@ pub mod npy;
 pub mod pipeline;
 pub mod rng;
 pub mod sampler;
+pub mod stac;
 pub mod storage;
+pub mod warp;
 
 pub use error::{Error, ErrorCode, Result};

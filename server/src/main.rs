@@ -102,6 +102,49 @@ enum Command {
         #[arg(long)]
         stats: bool,
     },
+    /// Warp one footprint from STAC Items into a .npy of shape (bands, H, W): per asset,
+    /// every item resampled onto the grid, the first item with a valid pixel winning it.
+    Warp {
+        /// STAC ItemCollection / Item / newline-delimited Items (path or URL).
+        #[arg(long)]
+        items: String,
+        /// Item ids in priority order, comma separated.
+        #[arg(long)]
+        ids: String,
+        /// Asset keys, comma separated; output bands follow this order.
+        #[arg(long)]
+        assets: String,
+        /// Output CRS, EPSG:<code>.
+        #[arg(long, allow_hyphen_values = true)]
+        crs: String,
+        /// MINX,MINY,MAXX,MAXY in the output CRS (x = easting or longitude first).
+        #[arg(long, allow_hyphen_values = true)]
+        bounds: String,
+        /// Square pixel size in CRS units.
+        #[arg(long, allow_hyphen_values = true)]
+        resolution: f64,
+        /// nearest, bilinear, cubic, average or mode.
+        #[arg(long, default_value = "nearest")]
+        resampling: String,
+        /// Value for pixels no item fills.
+        #[arg(long, allow_hyphen_values = true, default_value_t = 0.0)]
+        nodata: f64,
+        /// Output .npy file.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Print, per asset and item, the overview level and source window read (JSON, stderr).
+        #[arg(long)]
+        explain: bool,
+    },
+    /// Print what cogfeed understands of a STAC document: items, time, bbox and, per asset,
+    /// href (resolved), CRS, shape and transform.
+    Stac {
+        /// STAC ItemCollection / Item / newline-delimited Items (path or URL).
+        url: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn parse_list(text: &str, what: &str, n: usize) -> anyhow::Result<Vec<u64>> {
@@ -320,8 +363,83 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 );
             }
         }
+        Command::Warp {
+            items,
+            ids,
+            assets,
+            crs,
+            bounds,
+            resolution,
+            resampling,
+            nodata,
+            out,
+            explain,
+        } => {
+            let req = cogfeed_server::assemble::command::WarpRequest {
+                items,
+                ids: split_list(&ids),
+                assets: split_list(&assets),
+                crs,
+                bounds: parse_bounds(&bounds)?,
+                resolution,
+                resampling,
+                nodata,
+            };
+            let result = cogfeed_server::assemble::command::warp(&req, &StoreOptions::default()).await?;
+            let file = std::fs::File::create(&out).with_context(|| format!("cannot create {}", out.display()))?;
+            write_npy(BufWriter::new(file), result.dtype, &result.shape, &result.data)
+                .with_context(|| format!("cannot write {}", out.display()))?;
+            if explain {
+                let reads: Vec<serde_json::Value> = result
+                    .reads
+                    .iter()
+                    .flat_map(|(asset, rs)| {
+                        rs.iter().map(move |r| {
+                            serde_json::json!({"asset": asset, "item": r.item, "level": r.level,
+                                "window": r.window.map(|w| [w.col, w.row, w.width, w.height]),
+                                "scale": r.window.map(|w| [w.x_scale, w.y_scale])})
+                        })
+                    })
+                    .collect();
+                eprintln!("{}", serde_json::to_string(&reads)?);
+            }
+        }
+        Command::Stac { url, json } => {
+            let items = cogfeed_server::assemble::items::load_items(
+                &url,
+                &cogfeed_server::stac::HrefRewrite::default(),
+                &StoreOptions::default(),
+            )
+            .await?;
+            let text = if json {
+                serde_json::to_string_pretty(&cogfeed_server::stac::describe(&items))?
+            } else {
+                cogfeed_server::stac::describe_text(&items)
+            };
+            print_out(&text)?;
+        }
     }
     Ok(())
+}
+
+fn parse_bounds(text: &str) -> anyhow::Result<[f64; 4]> {
+    let v: Vec<f64> = text
+        .split(',')
+        .map(|p| p.trim().parse::<f64>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("invalid --bounds {text:?}"))?;
+    match v.as_slice() {
+        [a, b, c, d] => Ok([*a, *b, *c, *d]),
+        _ => bail!("invalid --bounds {text:?}: expected minx,miny,maxx,maxy"),
+    }
+}
+
+fn split_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 fn main() -> std::process::ExitCode {

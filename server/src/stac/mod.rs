@@ -1,0 +1,53 @@
+//! STAC catalogs: Items and their assets as cogfeed understands them.
+//!
+//! [`item`] turns one STAC Item (JSON) into an [`Item`] with per-asset grids (projection
+//! extension), band types and nodata (raster extension); [`document`] reads the documents
+//! Items come in (ItemCollection, a single Item, a JSON array, newline-delimited Items),
+//! resolves relative hrefs against the document and applies `href_rewrite`. No network and
+//! no file access happen here: the caller fetches the bytes.
+
+pub mod describe;
+pub mod document;
+pub mod item;
+
+pub use describe::{describe, describe_text};
+pub use document::{HrefRewrite, parse_document, resolve_href};
+pub use item::{Asset, BandInfo, Item};
+
+/// A STAC document or Item that cogfeed cannot use.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StacError {
+    /// Not JSON, or JSON that is not STAC.
+    #[error("{doc}: not a STAC document: {reason}")]
+    NotStac { doc: String, reason: String },
+    /// An Item with a missing or malformed field.
+    #[error("{doc}: item {item}: {reason}")]
+    BadItem { doc: String, item: String, reason: String },
+    /// An asset with a missing or malformed field.
+    #[error("item {item}, asset {asset}: {reason}")]
+    BadAsset {
+        item: String,
+        asset: String,
+        reason: String,
+    },
+}
+
+impl StacError {
+    /// The message with documents named by their last path segment, not their URL.
+    pub fn client_message(&self) -> String {
+        match self {
+            StacError::NotStac { doc, reason } => StacError::NotStac {
+                doc: crate::error::object_name(doc).to_string(),
+                reason: reason.clone(),
+            }
+            .to_string(),
+            StacError::BadItem { doc, item, reason } => StacError::BadItem {
+                doc: crate::error::object_name(doc).to_string(),
+                item: item.clone(),
+                reason: reason.clone(),
+            }
+            .to_string(),
+            other => other.to_string(),
+        }
+    }
+}

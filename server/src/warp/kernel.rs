@@ -1,0 +1,450 @@
+//! Resampling kernels over one source window, as GDAL 3.6's warp kernel computes them with
+//! a source validity mask: nearest, bilinear and cubic (4×4 Catmull-Rom) at a pixel centre,
+//! their scaled forms when downsampling, and area-weighted average and mode over a
+//! destination pixel's corners. Values are f64; validity is one mask for all bands (GDAL's
+//! unified source mask: a pixel is invalid only where every band is nodata).
+
+/// A decoded source window: band-major values and one validity flag per pixel.
+#[derive(Debug, Clone)]
+pub struct Source<'a> {
+    pub width: usize,
+    pub height: usize,
+    pub bands: usize,
+    pub values: &'a [f64],
+    pub valid: &'a [bool],
+}
+
+impl Source<'_> {
+    #[inline]
+    fn ok(&self, x: isize, y: isize) -> bool {
+        x >= 0
+            && y >= 0
+            && (x as usize) < self.width
+            && (y as usize) < self.height
+            && self.valid[y as usize * self.width + x as usize]
+    }
+    #[inline]
+    fn v(&self, band: usize, x: usize, y: usize) -> f64 {
+        self.values[(band * self.height + y) * self.width + x]
+    }
+}
+
+/// The source pixel that holds a centre at (`x`, `y`) (window pixels), None when the
+/// centre lies outside the window.
+#[inline]
+pub fn centre_pixel(src: &Source<'_>, x: f64, y: f64) -> Option<(usize, usize)> {
+    let (w, h) = (src.width as f64, src.height as f64);
+    if !(x >= 0.0 && y >= 0.0 && x + 1e-10 <= w && y + 1e-10 <= h) {
+        return None;
+    }
+    let ix = ((x + 1e-10) as usize).min(src.width - 1);
+    let iy = ((y + 1e-10) as usize).min(src.height - 1);
+    Some((ix, iy))
+}
+
+/// Nearest: the value of the pixel under the centre, for every band.
+pub fn nearest(src: &Source<'_>, ix: usize, iy: usize, out: &mut [f64]) -> bool {
+    for (b, o) in out.iter_mut().enumerate() {
+        *o = src.v(b, ix, iy);
+    }
+    true
+}
+
+/// Bilinear over the 2×2 neighbours, weights renormalised over the valid ones.
+pub fn bilinear4(src: &Source<'_>, x: f64, y: f64, out: &mut [f64]) -> bool {
+    let mut ix = (x - 0.5).floor() as isize;
+    let mut iy = (y - 0.5).floor() as isize;
+    let mut rx = 1.5 - (x - ix as f64);
+    let mut ry = 1.5 - (y - iy as f64);
+    if ix == -1 {
+        ix = 0;
+        rx = 1.0;
+    }
+    if iy == -1 {
+        iy = 0;
+        ry = 1.0;
+    }
+    let taps = [
+        (ix, iy, rx * ry),
+        (ix + 1, iy, (1.0 - rx) * ry),
+        (ix, iy + 1, rx * (1.0 - ry)),
+        (ix + 1, iy + 1, (1.0 - rx) * (1.0 - ry)),
+    ];
+    let mut div = 0.0;
+    for &(tx, ty, w) in &taps {
+        if src.ok(tx, ty) {
+            div += w;
+        }
+    }
+    if div < 1e-5 {
+        return false;
+    }
+    for (b, o) in out.iter_mut().enumerate() {
+        let mut acc = 0.0;
+        for &(tx, ty, w) in &taps {
+            if src.ok(tx, ty) {
+                acc += w * src.v(b, tx as usize, ty as usize);
+            }
+        }
+        *o = if div == 1.0 { acc } else { acc / div };
+    }
+    true
+}
+
+#[inline]
+fn cubic_weights(t: f64) -> [f64; 4] {
+    [
+        0.5 * t * (-1.0 + t * (2.0 - t)),
+        1.0 + 0.5 * t * t * (-5.0 + 3.0 * t),
+        0.5 * t * (1.0 + t * (4.0 - 3.0 * t)),
+        0.5 * t * t * (t - 1.0),
+    ]
+}
+
+/// Cubic (Keys, a = −0.5) over the 4×4 neighbours; falls back to bilinear at the window's
+/// border or where a neighbour is invalid, as GDAL does.
+pub fn cubic4(src: &Source<'_>, x: f64, y: f64, out: &mut [f64]) -> bool {
+    let ix = (x - 0.5) as isize;
+    let iy = (y - 0.5) as isize;
+    let (tx, ty) = (x - 0.5 - ix as f64, y - 0.5 - iy as f64);
+    if ix - 1 < 0 || iy - 1 < 0 || ix + 2 >= src.width as isize || iy + 2 >= src.height as isize {
+        return bilinear4(src, x, y, out);
+    }
+    for j in -1..=2 {
+        for i in -1..=2 {
+            if !src.ok(ix + i, iy + j) {
+                return bilinear4(src, x, y, out);
+            }
+        }
+    }
+    let wx = cubic_weights(tx);
+    let wy = cubic_weights(ty);
+    for (b, o) in out.iter_mut().enumerate() {
+        let mut acc = 0.0;
+        for (j, wyj) in wy.iter().enumerate() {
+            let row = (iy - 1 + j as isize) as usize;
+            let mut r = 0.0;
+            for (i, wxi) in wx.iter().enumerate() {
+                r += wxi * src.v(b, (ix - 1 + i as isize) as usize, row);
+            }
+            acc += wyj * r;
+        }
+        *o = acc;
+    }
+    true
+}
+
+/// A separable filter for the scaled (downsampling) path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    Bilinear,
+    Cubic,
+}
+
+impl Filter {
+    fn radius(self) -> i64 {
+        match self {
+            Filter::Bilinear => 1,
+            Filter::Cubic => 2,
+        }
+    }
+
+    #[inline]
+    fn weight(self, x: f64) -> f64 {
+        let a = x.abs();
+        match self {
+            Filter::Bilinear => {
+                if a <= 1.0 {
+                    1.0 - a
+                } else {
+                    0.0
+                }
+            }
+            Filter::Cubic => {
+                if a <= 1.0 {
+                    x * x * (1.5 * a - 2.5) + 1.0
+                } else if a <= 2.0 {
+                    x * x * (-0.5 * a + 2.5) - 4.0 * a + 2.0
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+}
+
+/// The filter's taps along one axis for a given scale: (first offset, last offset).
+pub fn filter_extent(filter: Filter, scale: f64) -> (i64, i64) {
+    let r = filter.radius();
+    let radius = if scale < 1.0 {
+        (r as f64 / scale).ceil() as i64
+    } else {
+        r
+    };
+    (((r + 1) % 2) - radius, radius)
+}
+
+/// The general (scaled) kernel: the filter stretched by 1/scale along each axis where the
+/// scale is below 1, weights renormalised over the valid taps.
+pub fn scaled(src: &Source<'_>, filter: Filter, x: f64, y: f64, sx: f64, sy: f64, out: &mut [f64]) -> bool {
+    let ix = (x - 0.5).floor() as i64;
+    let iy = (y - 0.5).floor() as i64;
+    let (dx, dy) = (x - 0.5 - ix as f64, y - 0.5 - iy as f64);
+    let (fx0, fx1) = filter_extent(filter, sx);
+    let (fy0, fy1) = filter_extent(filter, sy);
+    let (w, h) = (src.width as i64, src.height as i64);
+    let (i0, i1) = (fx0.max(-ix), fx1.min(w - ix - 1));
+    let (j0, j1) = (fy0.max(-iy), fy1.min(h - iy - 1));
+    if i0 > i1 || j0 > j1 {
+        return false;
+    }
+    let weight = |f: Filter, d: f64, s: f64| if s < 1.0 { f.weight(d * s) } else { f.weight(d) };
+    let wx: Vec<f64> = (i0..=i1).map(|i| weight(filter, i as f64 - dx, sx)).collect();
+    let mut total = 0.0;
+    out.iter_mut().for_each(|o| *o = 0.0);
+    for j in j0..=j1 {
+        let row = (iy + j) as usize;
+        let wy = weight(filter, j as f64 - dy, sy);
+        let mut row_w = 0.0;
+        for (k, i) in (i0..=i1).enumerate() {
+            let col = (ix + i) as usize;
+            if !src.valid[row * src.width + col] {
+                continue;
+            }
+            row_w += wx[k];
+            for (b, o) in out.iter_mut().enumerate() {
+                *o += wx[k] * wy * src.v(b, col, row);
+            }
+        }
+        total += row_w * wy;
+    }
+    if total < 1e-6 {
+        return false;
+    }
+    if !(0.99999..=1.00001).contains(&total) {
+        out.iter_mut().for_each(|o| *o /= total);
+    }
+    true
+}
+
+/// The source pixels under one destination pixel for average and mode: index ranges and
+/// the unclamped edges GDAL weights partial pixels with.
+#[derive(Debug, Clone, Copy)]
+pub struct Area {
+    x_min: f64,
+    x_max: f64,
+    y_min: f64,
+    y_max: f64,
+    ix0: usize,
+    ix1: usize,
+    iy0: usize,
+    iy1: usize,
+}
+
+/// The area of the destination pixel whose corners map to (`x1`, `y1`) and (`x2`, `y2`)
+/// (window pixels), None when GDAL's margin check skips it. `margin_x`/`margin_y`:
+/// `2·max(1, ceil(1/scale))`.
+pub fn area(src: &Source<'_>, c1: (f64, f64), c2: (f64, f64), margin: (f64, f64)) -> Option<Area> {
+    let (w, h) = (src.width as f64, src.height as f64);
+    let (mut x1, mut y1) = c1;
+    let (mut x2, mut y2) = c2;
+    let inside = |v: f64, size: f64, m: f64| v >= -m && v - size <= m;
+    if !(inside(x1, w, margin.0) && inside(x2, w, margin.0) && inside(y1, h, margin.1) && inside(y2, h, margin.1)) {
+        return None;
+    }
+    if x1 > x2 {
+        std::mem::swap(&mut x1, &mut x2);
+    }
+    if y1 > y2 {
+        std::mem::swap(&mut y1, &mut y2);
+    }
+    let span = |lo: f64, hi: f64, size: f64| {
+        let i0 = (lo + 1e-10).floor().max(0.0).min(size);
+        let mut i1 = (hi - 1e-10).ceil().min(size);
+        if i0 == i1 && i1 < size {
+            i1 += 1.0;
+        }
+        (i0 as usize, i1.max(i0) as usize)
+    };
+    let (ix0, ix1) = span(x1, x2, w);
+    let (iy0, iy1) = span(y1, y2, h);
+    Some(Area {
+        x_min: x1,
+        x_max: x2,
+        y_min: y1,
+        y_max: y2,
+        ix0,
+        ix1,
+        iy0,
+        iy1,
+    })
+}
+
+impl Area {
+    #[inline]
+    fn weight_y(&self, iy: usize) -> f64 {
+        if iy == self.iy0 {
+            if self.iy0 + 1 == self.iy1 {
+                1.0
+            } else {
+                1.0 - (self.y_min - self.iy0 as f64)
+            }
+        } else if iy + 1 == self.iy1 {
+            1.0 - (self.iy1 as f64 - self.y_max)
+        } else {
+            1.0
+        }
+    }
+    #[inline]
+    fn weight(&self, ix: usize, wy: f64) -> f64 {
+        if ix == self.ix0 {
+            if self.ix0 + 1 == self.ix1 {
+                wy
+            } else {
+                wy * (1.0 - (self.x_min - self.ix0 as f64))
+            }
+        } else if ix + 1 == self.ix1 {
+            wy * (1.0 - (self.ix1 as f64 - self.x_max))
+        } else {
+            wy
+        }
+    }
+}
+
+/// Area-weighted average of the valid pixels under `area`.
+pub fn average(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
+    let mut total = 0.0;
+    out.iter_mut().for_each(|o| *o = 0.0);
+    for iy in a.iy0..a.iy1 {
+        let wy = a.weight_y(iy);
+        for ix in a.ix0..a.ix1 {
+            if !src.valid[iy * src.width + ix] {
+                continue;
+            }
+            let w = a.weight(ix, wy);
+            total += w;
+            for (b, o) in out.iter_mut().enumerate() {
+                *o += w * src.v(b, ix, iy);
+            }
+        }
+    }
+    if total <= 0.0 {
+        return false;
+    }
+    out.iter_mut().for_each(|o| *o /= total);
+    true
+}
+
+/// The most frequent valid value under `area`, per band; ties go to the value that reached
+/// the winning count first (rows top-down, columns left to right).
+pub fn mode(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
+    let mut any = false;
+    let mut counts: Vec<(f64, u32)> = Vec::new();
+    for (b, o) in out.iter_mut().enumerate() {
+        counts.clear();
+        let (mut best, mut best_n) = (0.0, 0u32);
+        for iy in a.iy0..a.iy1 {
+            for ix in a.ix0..a.ix1 {
+                if !src.valid[iy * src.width + ix] {
+                    continue;
+                }
+                let v = src.v(b, ix, iy);
+                let n = match counts
+                    .iter_mut()
+                    .find(|(cv, _)| *cv == v || (cv.is_nan() && v.is_nan()))
+                {
+                    Some(c) => {
+                        c.1 += 1;
+                        c.1
+                    }
+                    None => {
+                        counts.push((v, 1));
+                        1
+                    }
+                };
+                if n > best_n {
+                    best = v;
+                    best_n = n;
+                }
+            }
+        }
+        if best_n == 0 {
+            return false;
+        }
+        any = true;
+        *o = best;
+    }
+    any
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src<'a>(w: usize, h: usize, values: &'a [f64], valid: &'a [bool]) -> Source<'a> {
+        Source {
+            width: w,
+            height: h,
+            bands: 1,
+            values,
+            valid,
+        }
+    }
+
+    #[test]
+    fn bilinear_interpolates_and_renormalises_over_valid_neighbours() {
+        let v = [0.0, 10.0, 20.0, 30.0];
+        let ok = [true; 4];
+        let s = src(2, 2, &v, &ok);
+        let mut out = [0.0];
+        assert!(bilinear4(&s, 1.0, 1.0, &mut out));
+        assert!((out[0] - 15.0).abs() < 1e-12);
+        let ok = [true, false, true, true];
+        let s = src(2, 2, &v, &ok);
+        assert!(bilinear4(&s, 1.0, 1.0, &mut out));
+        assert!((out[0] - 50.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn cubic_reproduces_a_linear_ramp() {
+        let v: Vec<f64> = (0..36).map(|i| (i % 6) as f64 * 3.0).collect();
+        let ok = vec![true; 36];
+        let s = src(6, 6, &v, &ok);
+        let mut out = [0.0];
+        assert!(cubic4(&s, 2.8, 3.1, &mut out));
+        assert!((out[0] - (2.8 - 0.5) * 3.0).abs() < 1e-9, "{}", out[0]);
+    }
+
+    #[test]
+    fn average_weights_partial_pixels_and_mode_breaks_ties_first_come() {
+        let v = [1.0, 3.0, 5.0, 7.0];
+        let ok = [true; 4];
+        let s = src(4, 1, &v, &ok);
+        let a = area(&s, (0.5, 0.0), (2.5, 1.0), (2.0, 2.0)).unwrap();
+        let mut out = [0.0];
+        assert!(average(&s, &a, &mut out));
+        assert!((out[0] - (0.5 * 1.0 + 3.0 + 0.5 * 5.0) / 2.0).abs() < 1e-12);
+        let v = [2.0, 1.0, 1.0, 2.0];
+        let s = src(4, 1, &v, &ok);
+        let a = area(&s, (0.0, 0.0), (4.0, 1.0), (2.0, 2.0)).unwrap();
+        assert!(mode(&s, &a, &mut out));
+        assert_eq!(out[0], 1.0);
+        assert!(area(&s, (-9.0, 0.0), (-8.0, 1.0), (2.0, 2.0)).is_none());
+    }
+
+    #[test]
+    fn scaled_bilinear_at_half_scale_averages_a_wider_neighbourhood() {
+        let v: Vec<f64> = (0..16).map(|i| (i % 4) as f64).collect();
+        let ok = vec![true; 16];
+        let s = Source {
+            width: 4,
+            height: 4,
+            bands: 1,
+            values: &v,
+            valid: &ok,
+        };
+        let mut out = [0.0];
+        assert!(scaled(&s, Filter::Bilinear, 2.0, 2.0, 0.5, 0.5, &mut out));
+        assert!((out[0] - 1.5).abs() < 1e-12, "{}", out[0]);
+    }
+}

@@ -1,0 +1,344 @@
+//! Warping: source windows in, footprint-grid samples out (DESIGN §8).
+//!
+//! Pure: no I/O. [`plan`] decides, per source, the overview level, the pixel window to read
+//! and the kernel scale; [`kernel`] holds the resampling kernels; this module runs a kernel
+//! over a footprint ([`warp_source`]), stacks sources in priority order, first valid pixel
+//! wins ([`Mosaic`]), and converts to the output type with GDAL's rounding.
+
+pub mod kernel;
+pub mod plan;
+
+use crate::cog::DType;
+use kernel::{Filter, Source};
+use plan::{PixelMapper, SourceWindow};
+
+/// A resampling kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Resampling {
+    Nearest,
+    Bilinear,
+    Cubic,
+    Average,
+    Mode,
+}
+
+impl Resampling {
+    /// Every kernel, in the order the docs list them.
+    pub const ALL: [Resampling; 5] = [
+        Resampling::Nearest,
+        Resampling::Bilinear,
+        Resampling::Cubic,
+        Resampling::Average,
+        Resampling::Mode,
+    ];
+
+    /// The kernel's name in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Resampling::Nearest => "nearest",
+            Resampling::Bilinear => "bilinear",
+            Resampling::Cubic => "cubic",
+            Resampling::Average => "average",
+            Resampling::Mode => "mode",
+        }
+    }
+
+    /// Parses a kernel name.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(text.trim()))
+    }
+
+    /// Source pixels the kernel reaches beyond the pixel under a centre, at scale 1.
+    pub fn radius(self) -> usize {
+        match self {
+            Resampling::Bilinear => 1,
+            Resampling::Cubic => 2,
+            _ => 0,
+        }
+    }
+
+    /// Whether the kernel works on the destination pixel's area (corners), not its centre.
+    pub fn is_areal(self) -> bool {
+        matches!(self, Resampling::Average | Resampling::Mode)
+    }
+}
+
+/// One source's contribution to a footprint: values `bands × H × W` and validity `H × W`.
+#[derive(Debug, Clone)]
+pub struct Warped {
+    pub bands: usize,
+    pub values: Vec<f64>,
+    pub valid: Vec<bool>,
+}
+
+/// Runs `resampling` over the footprint of `mapper` from `src`, the decoded pixels of
+/// `window` at the mapper's level.
+pub fn warp_source(
+    mapper: &PixelMapper<'_>,
+    window: &SourceWindow,
+    src: &Source<'_>,
+    resampling: Resampling,
+) -> Warped {
+    let (w, h) = (mapper.footprint.width() as usize, mapper.footprint.height() as usize);
+    let n = w * h;
+    let bands = src.bands;
+    let mut values = vec![0.0; bands * n];
+    let mut valid = vec![false; n];
+    let mut px = vec![0.0; bands];
+    let (ox, oy) = (window.col as f64, window.row as f64);
+    let put = |p: usize, px: &[f64], values: &mut Vec<f64>, valid: &mut Vec<bool>| {
+        valid[p] = true;
+        for (b, v) in px.iter().enumerate() {
+            values[b * n + p] = *v;
+        }
+    };
+    if resampling.is_areal() {
+        let (cx, cy) = mapper.corners();
+        let margin = |s: f64| 2.0 * (1.0f64).max((1.0 / s).ceil());
+        let margins = (margin(window.x_scale), margin(window.y_scale));
+        for i in 0..h {
+            for j in 0..w {
+                let c1 = i * (w + 1) + j;
+                let c2 = (i + 1) * (w + 1) + j + 1;
+                let (x1, y1, x2, y2) = (cx[c1] - ox, cy[c1] - oy, cx[c2] - ox, cy[c2] - oy);
+                if !(x1.is_finite() && y1.is_finite() && x2.is_finite() && y2.is_finite()) {
+                    continue;
+                }
+                let Some(area) = kernel::area(src, (x1, y1), (x2, y2), margins) else {
+                    continue;
+                };
+                let ok = match resampling {
+                    Resampling::Average => kernel::average(src, &area, &mut px),
+                    _ => kernel::mode(src, &area, &mut px),
+                };
+                if ok {
+                    put(i * w + j, &px, &mut values, &mut valid);
+                }
+            }
+        }
+        return Warped { bands, values, valid };
+    }
+    let (cx, cy) = mapper.centres();
+    let tiny = src.width == 1 || src.height == 1;
+    let four = window.x_scale >= 0.95 && window.y_scale >= 0.95;
+    for p in 0..n {
+        let (x, y) = (cx[p] - ox, cy[p] - oy);
+        let Some((ix, iy)) = kernel::centre_pixel(src, x, y) else {
+            continue;
+        };
+        if !src.valid[iy * src.width + ix] {
+            continue;
+        }
+        let ok = match resampling {
+            _ if tiny => kernel::nearest(src, ix, iy, &mut px),
+            Resampling::Nearest => kernel::nearest(src, ix, iy, &mut px),
+            Resampling::Bilinear if four => kernel::bilinear4(src, x, y, &mut px),
+            Resampling::Cubic if four => kernel::cubic4(src, x, y, &mut px),
+            Resampling::Bilinear => {
+                kernel::scaled(src, Filter::Bilinear, x, y, window.x_scale, window.y_scale, &mut px)
+            }
+            _ => kernel::scaled(src, Filter::Cubic, x, y, window.x_scale, window.y_scale, &mut px),
+        };
+        if ok {
+            put(p, &px, &mut values, &mut valid);
+        }
+    }
+    Warped { bands, values, valid }
+}
+
+/// Sources stacked in priority order: the first source with a valid pixel wins it.
+#[derive(Debug, Clone)]
+pub struct Mosaic {
+    pub bands: usize,
+    pub width: usize,
+    pub height: usize,
+    values: Vec<f64>,
+    filled: Vec<bool>,
+}
+
+impl Mosaic {
+    /// An empty mosaic (nothing filled).
+    pub fn new(bands: usize, width: usize, height: usize) -> Self {
+        Self {
+            bands,
+            width,
+            height,
+            values: vec![0.0; bands * width * height],
+            filled: vec![false; width * height],
+        }
+    }
+
+    /// Adds the next source in priority order: it fills only pixels no earlier one did.
+    pub fn add(&mut self, w: &Warped) {
+        let n = self.width * self.height;
+        debug_assert_eq!(w.valid.len(), n);
+        for p in 0..n {
+            if w.valid[p] && !self.filled[p] {
+                self.filled[p] = true;
+                for b in 0..self.bands.min(w.bands) {
+                    self.values[b * n + p] = w.values[b * n + p];
+                }
+            }
+        }
+    }
+
+    /// Pixels filled by some source.
+    pub fn filled(&self) -> &[bool] {
+        &self.filled
+    }
+
+    /// The fraction of pixels some source filled.
+    pub fn valid_fraction(&self) -> f64 {
+        let n = self.filled.len().max(1);
+        self.filled.iter().filter(|f| **f).count() as f64 / n as f64
+    }
+
+    /// Little-endian samples of `dtype`, `nodata` where nothing filled. Interpolated values
+    /// round half up and saturate; `avoid_nodata` moves a computed value that equals
+    /// `nodata` one step away, as GDAL's kernels do for integer outputs.
+    pub fn to_bytes(&self, dtype: DType, nodata: f64, avoid_nodata: bool) -> Vec<u8> {
+        let n = self.width * self.height;
+        let mut out = Vec::with_capacity(self.values.len() * dtype.size());
+        for b in 0..self.bands {
+            for p in 0..n {
+                let v = if self.filled[p] { self.values[b * n + p] } else { nodata };
+                push_sample(&mut out, dtype, v, avoid_nodata && self.filled[p], nodata);
+            }
+        }
+        out
+    }
+}
+
+fn push_sample(out: &mut Vec<u8>, dtype: DType, v: f64, avoid: bool, nodata: f64) {
+    macro_rules! int {
+        ($t:ty) => {{
+            let (lo, hi) = (<$t>::MIN as f64, <$t>::MAX as f64);
+            let mut x: $t = if v.is_nan() {
+                0
+            } else if v < lo {
+                <$t>::MIN
+            } else if v > hi {
+                <$t>::MAX
+            } else {
+                (v + 0.5).floor() as $t
+            };
+            if avoid && x as f64 == nodata {
+                x = if x == <$t>::MIN { x + 1 } else { x - 1 };
+            }
+            out.extend_from_slice(&x.to_le_bytes());
+        }};
+    }
+    match dtype {
+        DType::U8 => int!(u8),
+        DType::I8 => int!(i8),
+        DType::U16 => int!(u16),
+        DType::I16 => int!(i16),
+        DType::U32 => int!(u32),
+        DType::I32 => int!(i32),
+        DType::U64 => int!(u64),
+        DType::I64 => int!(i64),
+        DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+        DType::F64 => out.extend_from_slice(&v.to_le_bytes()),
+        DType::C64 => {
+            out.extend_from_slice(&(v as f32).to_le_bytes());
+            out.extend_from_slice(&0f32.to_le_bytes());
+        }
+        DType::C128 => {
+            out.extend_from_slice(&v.to_le_bytes());
+            out.extend_from_slice(&0f64.to_le_bytes());
+        }
+    }
+}
+
+/// Decodes native-order samples of `dtype` to f64 (complex: the real part).
+pub fn samples_to_f64(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    macro_rules! conv {
+        ($t:ty) => {
+            bytes
+                .chunks_exact(std::mem::size_of::<$t>())
+                .map(|c| <$t>::from_ne_bytes(c.try_into().unwrap_or_default()) as f64)
+                .collect()
+        };
+    }
+    match dtype {
+        DType::U8 => bytes.iter().map(|&b| b as f64).collect(),
+        DType::I8 => bytes.iter().map(|&b| b as i8 as f64).collect(),
+        DType::U16 => conv!(u16),
+        DType::I16 => conv!(i16),
+        DType::U32 => conv!(u32),
+        DType::I32 => conv!(i32),
+        DType::U64 => conv!(u64),
+        DType::I64 => conv!(i64),
+        DType::F32 => conv!(f32),
+        DType::F64 => conv!(f64),
+        DType::C64 => bytes
+            .chunks_exact(8)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
+        DType::C128 => bytes
+            .chunks_exact(16)
+            .map(|c| f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect(),
+    }
+}
+
+/// Whether `v` is the nodata value `nodata` the way GDAL compares: integers against
+/// `floor(nodata + 1e-6)`, floats exactly or both NaN.
+#[inline]
+pub fn is_nodata(dtype: DType, v: f64, nodata: f64) -> bool {
+    match dtype {
+        DType::F32 | DType::F64 | DType::C64 | DType::C128 => {
+            if nodata.is_nan() {
+                v.is_nan()
+            } else if dtype == DType::F32 {
+                v as f32 == nodata as f32
+            } else {
+                v == nodata
+            }
+        }
+        _ => !nodata.is_nan() && v == (nodata + 1e-6).floor(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_parse_by_name() {
+        for k in Resampling::ALL {
+            assert_eq!(Resampling::parse(k.name()), Some(k));
+        }
+        assert_eq!(Resampling::parse("lanczos"), None);
+    }
+
+    #[test]
+    fn mosaic_first_valid_wins_and_rounds_half_up() {
+        let mut m = Mosaic::new(1, 3, 1);
+        m.add(&Warped {
+            bands: 1,
+            values: vec![1.5, 0.0, 0.0],
+            valid: vec![true, false, false],
+        });
+        m.add(&Warped {
+            bands: 1,
+            values: vec![9.0, 2.49, 0.0],
+            valid: vec![true, true, false],
+        });
+        let b = m.to_bytes(DType::U16, 7.0, false);
+        let got: Vec<u16> = b.chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+        assert_eq!(got, vec![2, 2, 7]);
+        let mut m = Mosaic::new(1, 1, 1);
+        m.add(&Warped {
+            bands: 1,
+            values: vec![70000.0],
+            valid: vec![true],
+        });
+        assert_eq!(m.to_bytes(DType::U16, 0.0, false), 65535u16.to_le_bytes().to_vec());
+        assert_eq!(m.to_bytes(DType::U16, 65535.0, true), 65534u16.to_le_bytes().to_vec());
+        assert!(is_nodata(DType::U16, 0.0, 0.0) && !is_nodata(DType::U16, 1.0, 0.0));
+        assert!(is_nodata(DType::F32, f64::NAN, f64::NAN));
+    }
+}
