@@ -111,6 +111,17 @@ pub struct Batch {
     pub windows: Vec<pb::Window>,
     /// Samples the server left out under `on_corrupt = "skip"` (the tensors hold the rest).
     pub skipped: Vec<pb::SkippedSample>,
+    /// Map-space datasets: one tensor per layer, by name, in request order.
+    pub layers: Vec<(String, Tensor)>,
+    /// Map-space datasets: each sample's Items, CRS, bounds and datetime.
+    pub samples: Vec<pb::SampleInfo>,
+}
+
+impl Batch {
+    /// The tensor of layer `name` (map-space datasets).
+    pub fn layer(&self, name: &str) -> Option<&Tensor> {
+        self.layers.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
 }
 
 impl TryFrom<pb::Batch> for Batch {
@@ -128,6 +139,17 @@ impl TryFrom<pb::Batch> for Batch {
             label: b.label.map(Tensor::from_pb).transpose()?,
             windows: b.windows,
             skipped: b.skipped,
+            layers: b
+                .layers
+                .into_iter()
+                .map(|l| {
+                    let t = l
+                        .tensor
+                        .ok_or_else(|| ClientError::Malformed(format!("layer {} without a tensor", l.name)))?;
+                    Ok((l.name, Tensor::from_pb(t)?))
+                })
+                .collect::<Result<_, ClientError>>()?,
+            samples: b.samples,
         })
     }
 }

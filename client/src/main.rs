@@ -116,6 +116,9 @@ struct Selection {
     /// A corrupt tile or missing object: fail or skip its sample (default: the dataset's).
     #[arg(long, default_value = "")]
     on_corrupt: String,
+    /// Map-space datasets: layers to stream, comma separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    layers: Vec<String>,
 }
 
 impl Selection {
@@ -148,6 +151,7 @@ impl Selection {
             samples_per_epoch: self.samples_per_epoch,
             prefetch: self.prefetch,
             on_corrupt: self.on_corrupt.clone(),
+            layers: self.layers.clone(),
         })
     }
 }
@@ -257,6 +261,32 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                             "sample": s.sample, "reason": s.reason,
                         })).collect::<Vec<_>>(),
                     });
+                    let mut line = line;
+                    if !b.layers.is_empty() {
+                        let layers: serde_json::Map<String, serde_json::Value> = b
+                            .layers
+                            .iter()
+                            .map(|(name, t)| {
+                                (
+                                    name.clone(),
+                                    serde_json::json!({
+                                        "shape": t.shape, "dtype": t.dtype, "sha256": sha256(&t.data),
+                                    }),
+                                )
+                            })
+                            .collect();
+                        line["layers"] = serde_json::Value::Object(layers);
+                        line["samples"] = b
+                            .samples
+                            .iter()
+                            .map(|m| {
+                                serde_json::json!({
+                                    "items": m.items, "crs": m.crs, "bounds": m.bounds,
+                                    "resolution": m.resolution, "padded": m.padded, "datetime": m.datetime,
+                                })
+                            })
+                            .collect();
+                    }
                     writeln!(out, "{line}")?;
                 } else {
                     writeln!(

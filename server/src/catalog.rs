@@ -48,6 +48,9 @@ pub struct Dataset {
     pub levels: usize,
     /// What a corrupt tile or missing object does to a sample by default.
     pub on_corrupt: OnCorrupt,
+    /// STAC datasets: Items, layers and reference grids (scenes are then the drawable
+    /// Items' reference assets). None for scene datasets.
+    pub map: Option<Arc<crate::stacset::MapSpace>>,
 }
 
 /// Every dataset of the configuration. A dataset whose objects change is re-opened in
@@ -69,7 +72,12 @@ fn stem(url: &str) -> &str {
     name.rsplit_once('.').map(|(s, _)| s).unwrap_or(name)
 }
 
-async fn open(stores: &Stores, headers: &HeaderCache, url: &str, options: &OpenOptions) -> Result<TileObject> {
+pub(crate) async fn open(
+    stores: &Stores,
+    headers: &HeaderCache,
+    url: &str,
+    options: &OpenOptions,
+) -> Result<TileObject> {
     let reader: Arc<dyn RangeReader> = stores.reader(url)?;
     let cog = headers
         .get_or_open(url, Cog::open(reader, options.clone()))
@@ -254,10 +262,13 @@ impl Catalog {
 
     async fn dataset(
         c: &DatasetConfig,
-        stores: &Stores,
+        stores: &Arc<Stores>,
         headers: &HeaderCache,
         options: &OpenOptions,
     ) -> Result<Dataset> {
+        if c.stac.is_some() {
+            return Self::stac_dataset(c, stores, headers, options).await;
+        }
         let urls = Self::scene_urls(c, stores).await?;
         if urls.is_empty() {
             return Err(Error::InvalidArgument(format!("dataset {} has no scenes", c.name)));
@@ -409,6 +420,44 @@ impl Catalog {
             version: hex::encode(hasher.finalize())[..16].to_string(),
             levels,
             on_corrupt: c.on_corrupt,
+            map: None,
+        })
+    }
+
+    /// A STAC dataset: scenes are the drawable Items' reference assets; the reference layer
+    /// gives bands, dtype and fill.
+    async fn stac_dataset(
+        c: &DatasetConfig,
+        stores: &Arc<Stores>,
+        headers: &HeaderCache,
+        options: &OpenOptions,
+    ) -> Result<Dataset> {
+        let (map, objects, version) =
+            crate::stacset::MapSpace::build(c, stores.clone(), headers.clone(), options.clone()).await?;
+        let reference = &map.layers[0];
+        let scenes = objects
+            .into_iter()
+            .enumerate()
+            .map(|(index, object)| Scene {
+                index,
+                name: map.items[map.drawn[index]].id.clone(),
+                object,
+                label: None,
+            })
+            .collect();
+        Ok(Dataset {
+            name: c.name.clone(),
+            scenes,
+            bands: (0..reference.bands).collect(),
+            dtype: reference.dtype,
+            label_dtype: None,
+            fill: reference.nodata,
+            mean: vec![0.0; reference.bands],
+            std: vec![1.0; reference.bands],
+            version,
+            levels: 1,
+            on_corrupt: c.on_corrupt,
+            map: Some(Arc::new(map)),
         })
     }
 

@@ -469,7 +469,7 @@ pub enum OnBadObject {
 }
 
 /// `[[datasets]]`: one named dataset.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatasetConfig {
     pub name: String,
@@ -503,6 +503,135 @@ pub struct DatasetConfig {
     /// A scene or label that cannot be opened at start-up: `fail` (default) or `skip`.
     #[serde(default)]
     pub on_bad_object: OnBadObject,
+    /// A STAC source instead of `scenes`: an ItemCollection / Item / newline-delimited
+    /// Items document, or a prefix (ending in `/`) of Item JSON files. Samples are then
+    /// footprints in map space built from the Items' assets (DESIGN §8).
+    #[serde(default)]
+    pub stac: Option<String>,
+    /// STAC datasets: `native` (each sample in its Item's CRS) or `EPSG:<code>`.
+    #[serde(default)]
+    pub crs: Option<String>,
+    /// STAC datasets: URL prefix rewrites applied to asset hrefs (longest prefix first).
+    #[serde(default)]
+    pub href_rewrite: std::collections::BTreeMap<String, String>,
+    /// STAC datasets: which Items are used (`datetime`, `bbox`, `collections`, and
+    /// property predicates such as `"eo:cloud_cover" = "<= 20"`).
+    #[serde(default)]
+    pub filter: Option<toml::Table>,
+    /// STAC datasets: mosaic priority, first key first: `datetime`, `-datetime` (newest
+    /// first), `id`, `-id`. Default `["datetime", "id"]`.
+    #[serde(default)]
+    pub priority: Option<Vec<String>>,
+    /// STAC datasets: which Items may fill a footprint besides the one it was drawn from:
+    /// `same_day` (default: Items of the drawn Item's collection acquired the same UTC
+    /// day; Items of other collections whatever their date) or `all`.
+    #[serde(default)]
+    pub mosaic: Option<String>,
+    /// STAC datasets: the named output layers; the first is the reference layer.
+    #[serde(default)]
+    pub layers: Vec<LayerConfig>,
+}
+
+/// `[[datasets.layers]]`: one named output of a STAC dataset.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerConfig {
+    pub name: String,
+    /// Asset keys, in band order.
+    pub assets: Vec<String>,
+    /// Pixel size in CRS units (default: the finest of its assets, from the first Item).
+    #[serde(default)]
+    pub resolution: Option<f64>,
+    /// nearest (default), bilinear, cubic, average, mode.
+    #[serde(default)]
+    pub resampling: Option<String>,
+    /// Output sample type (default: the assets' own).
+    #[serde(default)]
+    pub dtype: Option<String>,
+    /// Value where no Item has data (default 0).
+    #[serde(default)]
+    pub nodata: Option<f64>,
+}
+
+impl DatasetConfig {
+    /// The keys of STAC datasets, checked once (and refused on other datasets).
+    fn validate_stac(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(format!("dataset {}: {m}", self.name)));
+        if self.stac.is_none() {
+            let stray = [
+                ("layers", !self.layers.is_empty()),
+                ("crs", self.crs.is_some()),
+                ("href_rewrite", !self.href_rewrite.is_empty()),
+                ("filter", self.filter.is_some()),
+                ("priority", self.priority.is_some()),
+                ("mosaic", self.mosaic.is_some()),
+            ];
+            if let Some((k, _)) = stray.iter().find(|(_, set)| *set) {
+                return bad(format!("{k} applies to stac datasets only"));
+            }
+            return Ok(());
+        }
+        if self.layers.is_empty() {
+            return bad("a stac dataset needs at least one [[datasets.layers]]".into());
+        }
+        if self.labels.is_some() || self.bands.is_some() || self.mean.is_some() || self.std.is_some() {
+            return bad("labels, bands, mean and std apply to scene datasets; stac datasets use layers".into());
+        }
+        let mut names = std::collections::HashSet::new();
+        for l in &self.layers {
+            if l.name.is_empty() || !l.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+                return bad(format!("layer name {:?}: use letters, digits, - _ .", l.name));
+            }
+            if !names.insert(&l.name) {
+                return bad(format!("layer {} defined twice", l.name));
+            }
+            if l.assets.is_empty() {
+                return bad(format!("layer {}: assets is empty", l.name));
+            }
+            if let Some(r) = l.resolution
+                && !(r.is_finite() && r > 0.0)
+            {
+                return bad(format!("layer {}: resolution {r} is not a positive number", l.name));
+            }
+            if let Some(k) = &l.resampling
+                && crate::warp::Resampling::parse(k).is_none()
+            {
+                return bad(format!(
+                    "layer {}: resampling {k:?} (nearest, bilinear, cubic, average, mode)",
+                    l.name
+                ));
+            }
+            if let Some(t) = &l.dtype
+                && crate::cog::DType::from_name(t).is_none_or(|d| d.size() > 8 || matches!(d, crate::cog::DType::C64))
+            {
+                return bad(format!("layer {}: dtype {t:?} is not a sample type", l.name));
+            }
+        }
+        if let Some(c) = &self.crs
+            && !c.eq_ignore_ascii_case("native")
+        {
+            crate::grid::Crs::parse(c)
+                .map_err(|e| Error::InvalidArgument(format!("dataset {}: crs: {e}", self.name)))?;
+        }
+        if let Some(m) = &self.mosaic
+            && m != "same_day"
+            && m != "all"
+        {
+            return bad(format!("mosaic {m:?} (same_day or all)"));
+        }
+        if let Some(p) = &self.priority {
+            for k in p {
+                if !["datetime", "-datetime", "id", "-id"].contains(&k.as_str()) {
+                    return bad(format!("priority key {k:?} (datetime, -datetime, id, -id)"));
+                }
+            }
+        }
+        if let Some(f) = &self.filter {
+            crate::stac::ItemFilter::from_table(f)
+                .map_err(|e| Error::InvalidArgument(format!("dataset {}: filter: {e}", self.name)))?;
+        }
+        Ok(())
+    }
 }
 
 impl Config {
@@ -598,13 +727,17 @@ impl Config {
             if !names.insert(&d.name) {
                 return bad(format!("dataset {} defined twice", d.name));
             }
-            let sources = (!d.scenes.is_empty()) as u8 + d.prefix.is_some() as u8 + d.manifest.is_some() as u8;
+            let sources = (!d.scenes.is_empty()) as u8
+                + d.prefix.is_some() as u8
+                + d.manifest.is_some() as u8
+                + d.stac.is_some() as u8;
             if sources != 1 {
                 return bad(format!(
-                    "dataset {}: give exactly one of scenes, prefix, manifest",
+                    "dataset {}: give exactly one of scenes, prefix, manifest, stac",
                     d.name
                 ));
             }
+            d.validate_stac()?;
             if let Some(b) = &d.bands
                 && (b.is_empty() || b.contains(&0))
             {
@@ -679,9 +812,52 @@ impl Config {
                 std: Some(vec![12000.0; 4]),
                 on_corrupt: OnCorrupt::Fail,
                 on_bad_object: OnBadObject::Fail,
+                ..Default::default()
             }],
             ..Default::default()
         }
+    }
+
+    /// What `cogfeed serve` runs without a config: [`Config::demo`] plus `demo-stac`, the
+    /// map-space demo (`demo_stac`) written under `dir/stac`.
+    pub fn demo_default(dir: &Path) -> Self {
+        let url = |p: PathBuf| p.to_string_lossy().into_owned();
+        let mut c = Self::demo(dir);
+        c.datasets.push(DatasetConfig {
+            // Map space: per-band assets at 10 and 20 m in two UTM zones, labels in
+            // EPSG:4326 (`demo_stac`), each sample in its Item's own CRS.
+            name: "demo-stac".into(),
+            stac: Some(url(dir.join("stac").join("items.json"))),
+            crs: Some("native".into()),
+            layers: vec![
+                LayerConfig {
+                    name: "image".into(),
+                    assets: vec!["B02".into(), "B03".into(), "B04".into(), "B08".into()],
+                    resolution: Some(10.0),
+                    resampling: Some("bilinear".into()),
+                    dtype: None,
+                    nodata: None,
+                },
+                LayerConfig {
+                    name: "swir".into(),
+                    assets: vec!["B11".into()],
+                    resolution: Some(20.0),
+                    resampling: Some("bilinear".into()),
+                    dtype: None,
+                    nodata: None,
+                },
+                LayerConfig {
+                    name: "label".into(),
+                    assets: vec!["classes".into()],
+                    resolution: Some(10.0),
+                    resampling: Some("mode".into()),
+                    dtype: None,
+                    nodata: Some(255.0),
+                },
+            ],
+            ..Default::default()
+        });
+        c
     }
 }
 

@@ -22,8 +22,38 @@ pub fn label_of(band1: u16) -> u8 {
     (band1 / 8192) as u8
 }
 
+/// Where a written raster lies: EPSG code, top-left corner, pixel size, nodata.
+#[derive(Debug, Clone)]
+pub struct Georef {
+    pub epsg: u16,
+    pub x0: f64,
+    pub y0: f64,
+    pub pixel: f64,
+    /// Pixel height when it differs from the width (geographic grids).
+    pub pixel_y: Option<f64>,
+    pub nodata: Option<f64>,
+}
+
+impl Georef {
+    /// The demo scenes' grid: UTM 33N, 10 m, no nodata.
+    fn demo() -> Self {
+        Self {
+            epsg: 32633,
+            x0: 500_000.0,
+            y0: 4_100_000.0,
+            pixel: 10.0,
+            pixel_y: None,
+            nodata: None,
+        }
+    }
+
+    fn geographic(&self) -> bool {
+        (4000..5000).contains(&self.epsg)
+    }
+}
+
 /// A raster to write: pixel-interleaved samples.
-struct Image {
+pub(crate) struct Image {
     width: u32,
     height: u32,
     bands: u32,
@@ -50,8 +80,8 @@ pub fn write_scenes(dir: &Path, count: usize, size: u32) -> std::io::Result<Vec<
         let label_path = dir.join("labels").join(format!("scene_{s:02}.tif"));
         if !path.exists() || !label_path.exists() {
             let (image, label) = scene(s as u64, size);
-            write_cog(&label_path, &label)?;
-            write_cog(&path, &image)?;
+            write_cog(&label_path, &label, &Georef::demo())?;
+            write_cog(&path, &image, &Georef::demo())?;
         }
         paths.push(path);
     }
@@ -215,11 +245,40 @@ pub fn write_band(path: &Path, size: u32, bits: u16, data: Vec<u8>) -> std::io::
             bits,
             data,
         },
+        &Georef::demo(),
+    )
+}
+
+/// Writes a single-band `width` × `height` raster of unsigned `bits`-bit samples
+/// (little-endian) on `georef`'s grid as a COG with one overview.
+pub fn write_georeferenced(
+    path: &Path,
+    width: u32,
+    height: u32,
+    bits: u16,
+    data: Vec<u8>,
+    georef: &Georef,
+) -> std::io::Result<()> {
+    if (bits != 8 && bits != 16) || data.len() != width as usize * height as usize * (bits as usize / 8) {
+        return Err(std::io::Error::other(
+            "write_georeferenced: 8 or 16 bits, width x height samples",
+        ));
+    }
+    write_cog(
+        path,
+        &Image {
+            width,
+            height,
+            bands: 1,
+            bits,
+            data,
+        },
+        georef,
     )
 }
 
 /// Writes `img` with one overview as a classic little-endian tiled TIFF in COG layout.
-fn write_cog(path: &Path, img: &Image) -> std::io::Result<()> {
+fn write_cog(path: &Path, img: &Image, georef: &Georef) -> std::io::Result<()> {
     let levels = [decimate(img)];
     let all: Vec<&Image> = std::iter::once(img).chain(levels.iter()).collect();
     let compressed: Vec<Vec<Vec<u8>>> = all.iter().map(|i| tiles(i)).collect();
@@ -246,12 +305,24 @@ fn write_cog(path: &Path, img: &Image) -> std::io::Result<()> {
             e.push(shorts(338, &vec![0; b - 1]));
         }
         if level == 0 {
-            e.push(doubles(33550, &[10.0, 10.0, 0.0]));
-            e.push(doubles(33922, &[0.0, 0.0, 0.0, 500_000.0, 4_100_000.0, 0.0]));
+            let g = georef;
+            e.push(doubles(33550, &[g.pixel, g.pixel_y.unwrap_or(g.pixel), 0.0]));
+            e.push(doubles(33922, &[0.0, 0.0, 0.0, g.x0, g.y0, 0.0]));
+            let (model, key) = if g.geographic() { (2, 2048) } else { (1, 3072) };
             e.push(shorts(
                 34735,
-                &[1, 1, 0, 3, 1024, 0, 1, 1, 1025, 0, 1, 1, 3072, 0, 1, 32633],
+                &[1, 1, 0, 3, 1024, 0, 1, model, 1025, 0, 1, 1, key, 0, 1, g.epsg],
             ));
+        }
+        if let Some(nd) = georef.nodata {
+            let mut text = format!("{nd}").into_bytes();
+            text.push(0);
+            e.push(Entry {
+                tag: 42113,
+                typ: 2,
+                count: text.len() as u32,
+                bytes: text,
+            });
         }
         e.sort_by_key(|x| x.tag);
         e

@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod cog;
 pub mod config;
 pub mod demo;
+pub mod demo_stac;
 pub mod error;
 pub mod grid;
 pub mod inspect;
@@ -27,6 +28,7 @@ pub mod pipeline;
 pub mod rng;
 pub mod sampler;
 pub mod stac;
+pub mod stacset;
 pub mod storage;
 pub mod warp;
 

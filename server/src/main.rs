@@ -187,11 +187,13 @@ async fn serve(
             let dir = data_dir.unwrap_or_else(default_data_dir);
             cogfeed_server::demo::write_demo(&dir)
                 .with_context(|| format!("cannot write demo data to {}", dir.display()))?;
+            cogfeed_server::demo_stac::write_stac_demo(&dir.join("stac"))
+                .with_context(|| format!("cannot write the STAC demo to {}", dir.join("stac").display()))?;
             eprintln!(
                 "no --config: serving the demo dataset in {} (local files, no credentials)",
                 dir.display()
             );
-            Config::demo(&dir)
+            Config::demo_default(&dir)
         }
     };
     if let Some(a) = listen {

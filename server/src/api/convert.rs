@@ -4,6 +4,7 @@ use cogfeed_proto::v1 as pb;
 
 use crate::pipeline::{BatchOut, Skipped, TensorOut};
 use crate::sampler::WindowSpec;
+use crate::stacset::SampleMeta;
 
 pub fn tensor(t: TensorOut) -> pb::Tensor {
     pb::Tensor {
@@ -43,5 +44,25 @@ pub fn batch(b: BatchOut) -> pb::Batch {
         windows: b.windows.iter().map(window).collect(),
         batches_in_epoch: b.batches_in_epoch,
         skipped: b.skipped.iter().map(skipped).collect(),
+        layers: b
+            .layers
+            .into_iter()
+            .map(|(name, t)| pb::NamedTensor {
+                name,
+                tensor: Some(tensor(t)),
+            })
+            .collect(),
+        samples: b.samples.iter().map(sample).collect(),
+    }
+}
+
+fn sample(m: &SampleMeta) -> pb::SampleInfo {
+    pb::SampleInfo {
+        items: m.items.clone(),
+        datetime: m.datetime.clone().unwrap_or_default(),
+        crs: m.crs.clone(),
+        bounds: m.bounds.to_vec(),
+        resolution: m.resolution,
+        padded: m.padded,
     }
 }

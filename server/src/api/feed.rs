@@ -154,22 +154,52 @@ impl Feed for FeedService {
             .map(|s| pb::SceneInfo {
                 index: s.index as u32,
                 name: s.name.clone(),
-                levels: s
-                    .object
-                    .cog
-                    .header()
-                    .levels
-                    .iter()
-                    .map(|l| pb::Level {
-                        width: l.width,
-                        height: l.height,
-                        block_width: l.block_width as u32,
-                        block_height: l.block_height as u32,
-                    })
-                    .collect(),
+                levels: match &ds.map {
+                    // Map-space: the reference grid the sampler plans over.
+                    Some(map) => {
+                        let g = map.scene_grid(s.index);
+                        vec![pb::Level {
+                            width: g.width,
+                            height: g.height,
+                            block_width: g.block_width as u32,
+                            block_height: g.block_height as u32,
+                        }]
+                    }
+                    None => s
+                        .object
+                        .cog
+                        .header()
+                        .levels
+                        .iter()
+                        .map(|l| pb::Level {
+                            width: l.width,
+                            height: l.height,
+                            block_width: l.block_width as u32,
+                            block_height: l.block_height as u32,
+                        })
+                        .collect(),
+                },
                 has_label: s.label.is_some(),
             })
             .collect();
+        let layers = ds
+            .map
+            .as_ref()
+            .map(|m| {
+                m.layers
+                    .iter()
+                    .map(|l| pb::LayerInfo {
+                        name: l.name.clone(),
+                        assets: l.assets.clone(),
+                        resolution: l.resolution,
+                        resampling: l.resampling.name().to_string(),
+                        dtype: l.dtype.name().to_string(),
+                        bands: l.bands as u32,
+                        nodata: l.nodata,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(Response::new(pb::DatasetInfo {
             name: ds.name.clone(),
             version: ds.version.clone(),
@@ -181,6 +211,8 @@ impl Feed for FeedService {
             mean: ds.mean.clone(),
             std: ds.std.clone(),
             scenes,
+            layers,
+            crs: ds.map.as_ref().map(|m| m.crs_name()).unwrap_or_default(),
         }))
     }
 

@@ -151,6 +151,173 @@ pub struct Admitted {
     pub stream_bytes: u64,
 }
 
+/// The plan, share and look-ahead of a stream, once its sample size is known.
+struct Planned {
+    plan: Plan,
+    share: Share,
+    prefetch: Depth,
+    reserved: usize,
+    stream_bytes: u64,
+}
+
+fn plan_stream(
+    ds: &Dataset,
+    limits: &LimitsConfig,
+    r: &pb::StreamBatchesRequest,
+    kind: SamplerKind,
+    grids: Vec<SceneGrid>,
+    sample_bytes: u64,
+) -> Result<Planned, Error> {
+    let batch_bytes = sample_bytes.saturating_mul(u64::from(r.batch_size));
+    if batch_bytes > limits.max_batch_bytes {
+        return Err(invalid(format!(
+            "a batch would hold {batch_bytes} bytes, over the limit of {} (limits.max_batch_bytes)",
+            limits.max_batch_bytes
+        )));
+    }
+    let spec = PlanSpec {
+        kind,
+        patch: r.patch_size,
+        stride: if r.stride == 0 { r.patch_size } else { r.stride },
+        level: r.level,
+        seed: r.seed,
+        epoch: r.epoch,
+        samples_per_epoch: r.samples_per_epoch,
+    };
+    let plan = Plan::new(spec, grids).map_err(|m| invalid(format!("dataset {}: {m}", ds.name)))?;
+    if r.cursor > plan.len() {
+        return Err(invalid(format!(
+            "cursor {} is past the end of the epoch ({} samples)",
+            r.cursor,
+            plan.len()
+        )));
+    }
+    let world = r.world_size.max(1) as u64;
+    let share = Share {
+        batch: r.batch_size as u64,
+        rank: r.rank as u64,
+        world,
+        cursor: r.cursor,
+        epoch_len: plan.len(),
+    };
+    let floor = (2 * r.batch_size as usize).clamp(16, 256);
+    let ceiling = ((limits.max_prefetch_bytes / sample_bytes.max(1)) as usize).clamp(floor, 4096);
+    let prefetch = if r.prefetch > 0 {
+        Depth::Fixed((r.prefetch as usize).min(ceiling))
+    } else {
+        Depth::Adaptive {
+            min: floor,
+            max: ceiling,
+        }
+    };
+    let reserved = match prefetch {
+        Depth::Fixed(n) => n.min(floor),
+        Depth::Adaptive { min, .. } => min,
+    };
+    let queued = limits.stream_queue_batches as u64 + BATCHES_BESIDE_QUEUE;
+    let stream_bytes = batch_bytes
+        .saturating_mul(queued)
+        .saturating_add(sample_bytes.saturating_mul(reserved as u64));
+    Ok(Planned {
+        plan,
+        share,
+        prefetch,
+        reserved,
+        stream_bytes,
+    })
+}
+
+/// A stream of a map-space (STAC) dataset: layers instead of bands; the sample is the
+/// footprint of a reference-grid window.
+fn map_stream_job(
+    ds: &Arc<Dataset>,
+    map: &crate::stacset::MapSpace,
+    limits: &LimitsConfig,
+    memory: &MemoryBudget,
+    r: &pb::StreamBatchesRequest,
+    kind: SamplerKind,
+) -> Result<Admitted, Error> {
+    let refuse = |what: &str| {
+        Err(invalid(format!(
+            "dataset {} is a map-space dataset: {what} (set dtype per layer in the config)",
+            ds.name
+        )))
+    };
+    if !r.bands.is_empty() {
+        return refuse("it serves layers, not bands");
+    }
+    if r.labels {
+        return refuse("labels are a layer: name it in layers");
+    }
+    if r.normalize || r.augment {
+        return refuse("normalize and augment are not supported on its layers yet");
+    }
+    if !(r.dtype.is_empty() || r.dtype == "native") {
+        return refuse("the request dtype must be native");
+    }
+    let mut layers = Vec::with_capacity(r.layers.len().max(1));
+    if r.layers.is_empty() {
+        layers.extend(0..map.layers.len());
+    } else {
+        for name in &r.layers {
+            let i = map.layers.iter().position(|l| &l.name == name).ok_or_else(|| {
+                invalid(format!(
+                    "dataset {} has no layer {} (layers {})",
+                    ds.name,
+                    shown(name),
+                    map.layers
+                        .iter()
+                        .map(|l| l.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+            if layers.contains(&i) {
+                return Err(invalid(format!("layer {} requested twice", shown(name))));
+            }
+            layers.push(i);
+        }
+    }
+    let on_corrupt = corrupt_policy(ds, &r.on_corrupt)?;
+    let shapes = map.layer_shapes(r.patch_size);
+    let mut sample_bytes = 0u64;
+    for &l in &layers {
+        let (c, h, w) = shapes[l];
+        let bytes = (c as u64)
+            .checked_mul(h as u64)
+            .and_then(|x| x.checked_mul(w as u64))
+            .and_then(|x| x.checked_mul(map.layers[l].dtype.size() as u64))
+            .unwrap_or(u64::MAX);
+        sample_bytes = sample_bytes.saturating_add(bytes);
+    }
+    let grids = (0..ds.scenes.len()).map(|i| map.scene_grid(i)).collect();
+    let p = plan_stream(ds, limits, r, kind, grids, sample_bytes.max(1))?;
+    Ok(Admitted {
+        job: StreamJob {
+            dataset: ds.clone(),
+            plan: Arc::new(p.plan),
+            share: p.share,
+            epoch: r.epoch,
+            bands: Vec::new(),
+            labels: false,
+            transform: Transform {
+                out: OutType::Native,
+                normalize: None,
+                augment: false,
+            },
+            max_batches: r.max_batches,
+            prefetch: p.prefetch,
+            metrics: None,
+            shutdown: None,
+            budget: Some((memory.clone(), sample_bytes.max(1), p.reserved)),
+            on_corrupt,
+            stall_timeout: Some(limits.stall_timeout()),
+            layers,
+        },
+        stream_bytes: p.stream_bytes,
+    })
+}
+
 /// Validates a stream request into a job; look-ahead beyond the reserved floor will take
 /// its memory from `memory`.
 pub fn stream_job(
@@ -183,6 +350,15 @@ pub fn stream_job(
         return Err(invalid("normalize needs a float dtype (float32, float16, bfloat16)"));
     }
     check_level(&ds, r.level)?;
+    if let Some(map) = &ds.map {
+        return map_stream_job(&ds, map, limits, memory, r, kind);
+    }
+    if !r.layers.is_empty() {
+        return Err(invalid(format!(
+            "dataset {} is not a map-space dataset: it has no layers (request bands)",
+            ds.name
+        )));
+    }
     if r.labels && ds.label_dtype.is_none() {
         return Err(Error::FailedPrecondition(format!("dataset {} has no labels", ds.name)));
     }
@@ -199,13 +375,6 @@ pub fn stream_job(
         _ => 0,
     };
     let sample_bytes = image_sample.saturating_add(label_sample).max(1);
-    let batch_bytes = sample_bytes.saturating_mul(u64::from(r.batch_size));
-    if batch_bytes > limits.max_batch_bytes {
-        return Err(invalid(format!(
-            "a batch would hold {batch_bytes} bytes, over the limit of {} (limits.max_batch_bytes)",
-            limits.max_batch_bytes
-        )));
-    }
     let grids: Vec<SceneGrid> = ds
         .scenes
         .iter()
@@ -219,30 +388,13 @@ pub fn stream_job(
             }
         })
         .collect();
-    let spec = PlanSpec {
-        kind,
-        patch: r.patch_size,
-        stride: if r.stride == 0 { r.patch_size } else { r.stride },
-        level: r.level,
-        seed: r.seed,
-        epoch: r.epoch,
-        samples_per_epoch: r.samples_per_epoch,
-    };
-    let plan = Plan::new(spec, grids).map_err(|m| invalid(format!("dataset {}: {m}", ds.name)))?;
-    if r.cursor > plan.len() {
-        return Err(invalid(format!(
-            "cursor {} is past the end of the epoch ({} samples)",
-            r.cursor,
-            plan.len()
-        )));
-    }
-    let share = Share {
-        batch: r.batch_size as u64,
-        rank: r.rank as u64,
-        world,
-        cursor: r.cursor,
-        epoch_len: plan.len(),
-    };
+    let Planned {
+        plan,
+        share,
+        prefetch,
+        reserved,
+        stream_bytes,
+    } = plan_stream(&ds, limits, r, kind, grids, sample_bytes)?;
     let normalize = r.normalize.then(|| {
         bands
             .iter()
@@ -252,27 +404,6 @@ pub fn stream_job(
             })
             .collect()
     });
-    // Samples in flight: by Little's law from measured latency and consumption, or the
-    // client's explicit choice; the floor (two batches) is reserved with the stream, loads
-    // beyond it take what the daemon's budget has free.
-    let floor = (2 * r.batch_size as usize).clamp(16, 256);
-    let ceiling = ((limits.max_prefetch_bytes / sample_bytes) as usize).clamp(floor, 4096);
-    let prefetch = if r.prefetch > 0 {
-        Depth::Fixed((r.prefetch as usize).min(ceiling))
-    } else {
-        Depth::Adaptive {
-            min: floor,
-            max: ceiling,
-        }
-    };
-    let reserved = match prefetch {
-        Depth::Fixed(n) => n.min(floor),
-        Depth::Adaptive { min, .. } => min,
-    };
-    let queued = limits.stream_queue_batches as u64 + BATCHES_BESIDE_QUEUE;
-    let stream_bytes = batch_bytes
-        .saturating_mul(queued)
-        .saturating_add(sample_bytes.saturating_mul(reserved as u64));
     Ok(Admitted {
         job: StreamJob {
             dataset: ds,
@@ -293,6 +424,7 @@ pub fn stream_job(
             budget: Some((memory.clone(), sample_bytes, reserved)),
             on_corrupt,
             stall_timeout: Some(limits.stall_timeout()),
+            layers: Vec::new(),
         },
         stream_bytes,
     })

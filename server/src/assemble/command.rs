@@ -79,16 +79,18 @@ pub async fn warp(req: &WarpRequest, store: &StoreOptions) -> Result<WarpOutput>
                 .ok_or_else(|| Error::NotFound(format!("no item {id:?} in {}", req.items)))
         })
         .collect::<Result<_>>()?;
-    // Every (asset, item) must exist before anything is read.
+    // Every asset must be on some item before anything is read; items without it are
+    // left out of that asset's mosaic (a label asset lives on other items than bands).
     for key in &req.assets {
-        for it in &chosen {
-            it.asset(key)?;
+        if !chosen.iter().any(|it| it.assets.contains_key(key)) {
+            chosen[0].asset(key)?;
         }
     }
     let cache = TileCache::new(COMMAND_CACHE_BYTES);
     let mut per_asset = Vec::with_capacity(req.assets.len());
     for key in &req.assets {
-        let opened = futures::future::try_join_all(chosen.iter().map(|it| async move {
+        let holders = chosen.iter().filter(|it| it.assets.contains_key(key));
+        let opened = futures::future::try_join_all(holders.map(|it| async move {
             let asset = it.asset(key)?;
             let object = items::open_object(&asset.href, store, OpenOptions::default()).await?;
             AssetSource::new(&it.id, asset, object)
@@ -121,7 +123,7 @@ pub async fn warp(req: &WarpRequest, store: &StoreOptions) -> Result<WarpOutput>
     let mut bands = 0;
     let mut reads = Vec::new();
     for (key, sources) in &per_asset {
-        let (m, r) = super::mosaic(&cache, sources, &footprint, resampling).await?;
+        let (m, r) = super::mosaic(&cache, sources, sources[0].bands, &footprint, resampling).await?;
         bands += m.bands;
         data.extend_from_slice(&m.to_bytes(dtype, req.nodata, resampling != Resampling::Nearest));
         reads.push((key.clone(), r));

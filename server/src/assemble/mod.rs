@@ -107,18 +107,19 @@ pub async fn warp_one(
 }
 
 /// Warps `sources` (one asset of several Items, priority order) onto `footprint`: the
-/// first source with a valid pixel wins it. Sources are read concurrently.
+/// first source with a valid pixel wins it. Sources are read concurrently; each must have
+/// `bands` bands (with no source, the mosaic is `bands` bands of nothing).
 pub async fn mosaic(
     tiles: &dyn TileSource,
     sources: &[AssetSource],
+    bands: usize,
     footprint: &Footprint,
     resampling: Resampling,
 ) -> Result<(Mosaic, Vec<SourceRead>)> {
-    let bands = sources.first().map(|s| s.bands).unwrap_or(0);
     if let Some(s) = sources.iter().find(|s| s.bands != bands) {
         return Err(Error::InvalidArgument(format!(
-            "item {}, asset {}: {} bands where item {} has {bands}",
-            s.item, s.asset, s.bands, sources[0].item
+            "item {}, asset {}: {} bands where the layer expects {bands}",
+            s.item, s.asset, s.bands
         )));
     }
     let results =

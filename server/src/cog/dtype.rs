@@ -54,6 +54,26 @@ impl DType {
         }
     }
 
+    /// The type called `name` (numpy spelling, as [`DType::name`] writes it).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            DType::U8,
+            DType::I8,
+            DType::U16,
+            DType::I16,
+            DType::U32,
+            DType::I32,
+            DType::U64,
+            DType::I64,
+            DType::F32,
+            DType::F64,
+            DType::C64,
+            DType::C128,
+        ]
+        .into_iter()
+        .find(|d| d.name() == name)
+    }
+
     /// The numpy `descr` for little-endian data (`<u2`, `|u1`, ...).
     pub fn npy_descr(self) -> &'static str {
         match self {

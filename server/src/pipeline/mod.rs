@@ -27,6 +27,7 @@ use crate::error::{Error, ErrorCode};
 use crate::memory::MemoryBudget;
 use crate::metrics::{Metrics, Timer};
 use crate::sampler::{Plan, Share, WindowSpec};
+use crate::stacset::SampleMeta;
 use transform::{Orientation, OutType, Transform, cast_plane, orient};
 
 /// A dense little-endian array.
@@ -49,6 +50,10 @@ pub struct BatchOut {
     pub windows: Vec<WindowSpec>,
     /// Samples left out under `on_corrupt = skip`.
     pub skipped: Vec<Skipped>,
+    /// Map-space datasets: one tensor per requested layer, by name (empty otherwise).
+    pub layers: Vec<(String, TensorOut)>,
+    /// Map-space datasets: what each sample is (empty otherwise).
+    pub samples: Vec<SampleMeta>,
 }
 
 /// A sample left out of its batch because its data could not be read.
@@ -95,6 +100,8 @@ pub struct StreamJob {
     pub on_corrupt: OnCorrupt,
     /// A client that takes no batch for this long ends the stream (None: never).
     pub stall_timeout: Option<std::time::Duration>,
+    /// Map-space datasets: indices of the layers streamed, in request order.
+    pub layers: Vec<usize>,
 }
 
 impl StreamJob {
@@ -114,11 +121,39 @@ struct Sample {
     image: Vec<u8>,
     label: Option<Vec<u8>>,
     window: WindowSpec,
+    /// Map-space datasets: the requested layers' bytes and the sample's metadata.
+    layers: Vec<Vec<u8>>,
+    meta: Option<SampleMeta>,
+}
+
+/// A map-space sample: every requested layer warped onto the sample's footprint.
+async fn load_map_sample(
+    job: &StreamJob,
+    map: &crate::stacset::MapSpace,
+    cache: &dyn TileSource,
+    window: WindowSpec,
+) -> Result<Sample, Error> {
+    let metrics = job.metrics.clone();
+    let _timer = metrics
+        .as_ref()
+        .map(|m| Timer::start(&m.stage_seconds.with_label_values(&["warp"])));
+    let (mut all, meta) = map.sample(cache, &window, &job.layers).await?;
+    let layers: Vec<Vec<u8>> = job.layers.iter().map(|&l| std::mem::take(&mut all[l])).collect();
+    Ok(Sample {
+        image: Vec::new(),
+        label: None,
+        window,
+        layers,
+        meta: Some(meta),
+    })
 }
 
 async fn load_sample(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sample, Error> {
     let ds = &job.dataset;
     let window = job.plan.window(i);
+    if let Some(map) = &ds.map {
+        return load_map_sample(job, map, cache, window).await;
+    }
     let scene = &ds.scenes[window.scene as usize];
     let image = patch::fetch_region(cache, &scene.object, window, &job.bands, ds.fill)
         .await
@@ -165,6 +200,8 @@ async fn load_sample(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<
                 image: raster.data,
                 label,
                 window,
+                layers: Vec::new(),
+                meta: None,
             };
         }
         let es = raster.dtype.size();
@@ -190,6 +227,8 @@ async fn load_sample(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<
             image: out,
             label,
             window,
+            layers: Vec::new(),
+            meta: None,
         }
     })
     .await
@@ -236,6 +275,8 @@ pub async fn run(
         let mut label = job.labels.then(Vec::new);
         let mut windows = Vec::with_capacity(b);
         let mut skipped = Vec::new();
+        let mut layer_bytes: Vec<Vec<u8>> = vec![Vec::new(); job.layers.len()];
+        let mut metas = Vec::new();
         for _ in 0..b {
             let next = match job.shutdown.clone() {
                 Some(mut stop) => tokio::select! {
@@ -297,20 +338,51 @@ pub async fn run(
             if let (Some(all), Some(one)) = (label.as_mut(), sample.label) {
                 all.extend_from_slice(&one);
             }
+            for (all, one) in layer_bytes.iter_mut().zip(sample.layers) {
+                all.extend_from_slice(&one);
+            }
+            metas.extend(sample.meta);
             windows.push(sample.window);
         }
         let label_dtype = ds.label_dtype.map(|d| d.name()).unwrap_or("uint8");
         let n = windows.len() as i64;
+        let layers: Vec<(String, TensorOut)> = match &ds.map {
+            Some(map) => {
+                let shapes = map.layer_shapes(p as u32);
+                job.layers
+                    .iter()
+                    .zip(layer_bytes)
+                    .map(|(&l, bytes)| {
+                        let (c, h, w) = shapes[l];
+                        let spec = &map.layers[l];
+                        (
+                            spec.name.clone(),
+                            TensorOut {
+                                dtype: spec.dtype.name(),
+                                shape: vec![n, c as i64, h as i64, w as i64],
+                                data: Bytes::from(bytes),
+                            },
+                        )
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        // Older clients read `image`: the first requested layer of a map-space dataset.
+        let image = match layers.first() {
+            Some((_, t)) => t.clone(),
+            None => TensorOut {
+                dtype: out.name(ds.dtype),
+                shape: vec![n, c, p, p],
+                data: Bytes::from(image),
+            },
+        };
         let batch = BatchOut {
             epoch: job.epoch,
             index: k,
             cursor: job.share.cursor_after(k),
             batches_in_epoch: job.share.batches(),
-            image: TensorOut {
-                dtype: out.name(ds.dtype),
-                shape: vec![n, c, p, p],
-                data: Bytes::from(image),
-            },
+            image,
             label: label.map(|l| TensorOut {
                 dtype: label_dtype,
                 shape: vec![n, p, p],
@@ -318,6 +390,8 @@ pub async fn run(
             }),
             windows,
             skipped,
+            layers,
+            samples: metas,
         };
         if let Some(q) = &queue {
             q.pushed();

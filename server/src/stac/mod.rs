@@ -8,10 +8,12 @@
 
 pub mod describe;
 pub mod document;
+pub mod filter;
 pub mod item;
 
 pub use describe::{describe, describe_text};
 pub use document::{HrefRewrite, parse_document, resolve_href};
+pub use filter::ItemFilter;
 pub use item::{Asset, BandInfo, Item};
 
 /// A STAC document or Item that cogfeed cannot use.

@@ -60,6 +60,12 @@ impl Stores {
     /// URLs of the `.tif`/`.tiff` objects directly under `prefix` (a URL ending in `/`),
     /// sorted; sub-folders are not descended into.
     pub async fn list_tiffs(&self, prefix: &str) -> Result<Vec<String>> {
+        self.list_suffixed(prefix, &[".tif", ".tiff"]).await
+    }
+
+    /// URLs of the objects directly under `prefix` whose names end (any case) in one of
+    /// `suffixes`, sorted.
+    pub async fn list_suffixed(&self, prefix: &str, suffixes: &[&str]) -> Result<Vec<String>> {
         let base = prefix.trim_end_matches('/');
         let location = Location::parse(&format!("{base}/x.tif"))?;
         let store = self.store_for(&location)?;
@@ -76,7 +82,7 @@ impl Stores {
             .filter_map(|m| {
                 let p = m.location.as_ref().to_string();
                 let lower = p.to_ascii_lowercase();
-                (lower.ends_with(".tif") || lower.ends_with(".tiff")).then(|| {
+                suffixes.iter().any(|x| lower.ends_with(x)).then(|| {
                     let rel = p.strip_prefix(dir.as_ref()).unwrap_or(&p).trim_start_matches('/');
                     format!("{base}/{rel}")
                 })

@@ -1,0 +1,563 @@
+//! STAC datasets in map space: the selected Items, the layers, one reference grid per
+//! drawable Item (what the sampler plans over), and the assembly of one sample: a
+//! footprint in map space warped from every Item that may cover it, layer by layer.
+//!
+//! Start-up reads the STAC document(s), filters and orders the Items, and opens the
+//! reference asset of every drawable Item (its header checks the STAC projection fields and
+//! gives the tile grid aligned sampling needs). Other assets open on first use through the
+//! shared header cache. The sampler is the pixel-space one (`sampler::Plan`) run over the
+//! reference grids, so determinism, ranks, cursors and resume are unchanged.
+
+use std::sync::Arc;
+
+use chrono::NaiveDate;
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+
+use crate::assemble::{self, AssetSource};
+use crate::cache::{HeaderCache, TileObject, TileSource};
+use crate::catalog::open;
+use crate::cog::{DType, OpenOptions, RangeReader};
+use crate::config::DatasetConfig;
+use crate::error::{Error, Result};
+use crate::grid::{Affine, Crs, Footprint, Transformer};
+use crate::sampler::{SceneGrid, WindowSpec};
+use crate::stac::{HrefRewrite, Item, ItemFilter, StacError, parse_document};
+use crate::storage::Stores;
+use crate::warp::Resampling;
+
+/// Largest STAC JSON document read whole.
+const MAX_DOCUMENT_BYTES: u64 = 512 << 20;
+/// Item JSON files read at once from a prefix.
+const LIST_CONCURRENCY: usize = 32;
+
+/// One output layer.
+#[derive(Debug, Clone)]
+pub struct LayerSpec {
+    pub name: String,
+    pub assets: Vec<String>,
+    pub resolution: f64,
+    pub resampling: Resampling,
+    /// Output sample type.
+    pub dtype: DType,
+    /// Bands over all assets.
+    pub bands: usize,
+    /// Bands of each asset, in `assets` order.
+    pub asset_bands: Vec<usize>,
+    /// Fill where no Item has data.
+    pub nodata: f64,
+}
+
+/// The reference grid of one drawable Item, in the sample CRS.
+#[derive(Debug, Clone)]
+pub struct RefGrid {
+    pub crs: Crs,
+    /// Pixel → map, north-up, at the reference layer's resolution.
+    pub transform: Affine,
+    pub width: u64,
+    pub height: u64,
+    pub block: (u64, u64),
+}
+
+/// What one sample is, for its metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleMeta {
+    /// Items whose data some streamed layer's footprint touches, in mosaic priority order:
+    /// `cogfeed warp --ids` with these reproduces every layer.
+    pub items: Vec<String>,
+    pub datetime: Option<String>,
+    pub crs: String,
+    pub bounds: [f64; 4],
+    pub resolution: f64,
+    pub padded: bool,
+}
+
+/// A STAC dataset.
+#[derive(Debug)]
+pub struct MapSpace {
+    pub layers: Vec<LayerSpec>,
+    /// Selected Items in priority order.
+    pub items: Vec<Item>,
+    /// EPSG:4326 bbox per Item.
+    bboxes: Vec<[f64; 4]>,
+    /// Scene index (plan) → Item index.
+    pub drawn: Vec<usize>,
+    /// Scene index → reference grid.
+    pub grids: Vec<RefGrid>,
+    /// Same-day mosaics (within a collection) or every Item.
+    mosaic_all: bool,
+    /// The dataset's fixed sample CRS (None: native).
+    fixed: Option<Crs>,
+    stores: Arc<Stores>,
+    headers: HeaderCache,
+    options: OpenOptions,
+}
+
+fn doc_error(doc: &str, reason: String) -> Error {
+    Error::Stac(StacError::NotStac {
+        doc: doc.to_string(),
+        reason,
+    })
+}
+
+/// Reads every Item of `url`: a document, or a prefix (ending in `/`) of `.json` Items.
+pub async fn read_items(stores: &Stores, url: &str, rewrite: &HrefRewrite) -> Result<Vec<Item>> {
+    async fn read_doc(stores: &Stores, url: String, rewrite: &HrefRewrite) -> Result<Vec<Item>> {
+        let reader = stores.reader(&url)?;
+        let prefix = reader
+            .read_prefix(MAX_DOCUMENT_BYTES)
+            .await
+            .map_err(|e| Error::tiff(url.as_str(), e.into()))?;
+        if prefix.object_size > prefix.bytes.len() as u64 {
+            return Err(doc_error(
+                &url,
+                format!(
+                    "{} bytes (at most {MAX_DOCUMENT_BYTES} per document)",
+                    prefix.object_size
+                ),
+            ));
+        }
+        Ok(parse_document(&url, &prefix.bytes, rewrite)?)
+    }
+    if url.ends_with('/') {
+        let urls = stores.list_suffixed(url, &[".json", ".geojson"]).await?;
+        if urls.is_empty() {
+            return Err(doc_error(url, "no .json Items under this prefix".into()));
+        }
+        let docs: Vec<Result<Vec<Item>>> = futures::stream::iter(urls)
+            .map(|u| read_doc(stores, u, rewrite))
+            .buffered(LIST_CONCURRENCY)
+            .collect()
+            .await;
+        let mut items = Vec::new();
+        for d in docs {
+            items.extend(d?);
+        }
+        return Ok(items);
+    }
+    read_doc(stores, url.to_string(), rewrite).await
+}
+
+/// Densified edges of a `w` × `h` pixel grid, as map points.
+fn edge_points(t: &Affine, w: f64, h: f64) -> (Vec<f64>, Vec<f64>) {
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for s in 0..=20 {
+        let r = s as f64 / 20.0;
+        for (c, rr) in [(r * w, 0.0), (r * w, h), (0.0, r * h), (w, r * h)] {
+            let (x, y) = t.apply(c, rr);
+            xs.push(x);
+            ys.push(y);
+        }
+    }
+    (xs, ys)
+}
+
+fn bbox_of(xs: &[f64], ys: &[f64]) -> Option<[f64; 4]> {
+    let mut b = [f64::INFINITY, f64::INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY];
+    for (&x, &y) in xs.iter().zip(ys) {
+        if x.is_finite() && y.is_finite() {
+            b = [b[0].min(x), b[1].min(y), b[2].max(x), b[3].max(y)];
+        }
+    }
+    b[0].is_finite().then_some(b)
+}
+
+/// The EPSG:4326 bbox of `bounds` in `crs`.
+fn lonlat_bbox(crs: &Crs, bounds: [f64; 4]) -> Option<[f64; 4]> {
+    let t = Affine::north_up(bounds[0], bounds[3], 1.0);
+    let (mut xs, mut ys) = edge_points(&t, bounds[2] - bounds[0], bounds[3] - bounds[1]);
+    let wgs = Crs::from_epsg(4326).ok()?;
+    Transformer::new(crs, &wgs).transform(&mut xs, &mut ys);
+    bbox_of(&xs, &ys)
+}
+
+fn day(item: &Item) -> Option<NaiveDate> {
+    item.datetime.map(|t| t.date_naive())
+}
+
+fn sort_items(items: &mut [Item], keys: &[String]) {
+    items.sort_by(|a, b| {
+        for k in keys {
+            let o = match k.as_str() {
+                "datetime" => a.datetime.cmp(&b.datetime),
+                "-datetime" => b.datetime.cmp(&a.datetime),
+                "id" => a.id.cmp(&b.id),
+                _ => b.id.cmp(&a.id),
+            };
+            if o != std::cmp::Ordering::Equal {
+                return o;
+            }
+        }
+        a.id.cmp(&b.id)
+    });
+}
+
+impl MapSpace {
+    /// Builds the dataset `c` (a `stac` one): reads, filters and orders the Items, opens
+    /// every drawable Item's reference asset and derives its grid. Returns the map space,
+    /// the reference objects (one per scene) and the dataset version.
+    pub async fn build(
+        c: &DatasetConfig,
+        stores: Arc<Stores>,
+        headers: HeaderCache,
+        options: OpenOptions,
+    ) -> Result<(Self, Vec<TileObject>, String)> {
+        let url = c.stac.as_deref().unwrap_or_default();
+        let rewrite = HrefRewrite::new(c.href_rewrite.clone());
+        let bad = |m: String| Error::InvalidArgument(format!("dataset {}: {m}", c.name));
+        let mut items = read_items(&stores, url, &rewrite).await?;
+        let found = items.len();
+        if let Some(f) = &c.filter {
+            let f = ItemFilter::from_table(f).map_err(|e| bad(format!("filter: {e}")))?;
+            items.retain(|it| f.accepts(it));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = items.iter().find(|it| !seen.insert(it.id.clone())) {
+            return Err(bad(format!("item {} appears twice in {url}", dup.id)));
+        }
+        let keys = c
+            .priority
+            .clone()
+            .unwrap_or_else(|| vec!["datetime".into(), "id".into()]);
+        sort_items(&mut items, &keys);
+        let reference = &c.layers[0];
+        let ref_asset = &reference.assets[0];
+        let drawn: Vec<usize> = (0..items.len())
+            .filter(|&i| reference.assets.iter().all(|a| items[i].assets.contains_key(a)))
+            .collect();
+        if drawn.is_empty() {
+            return Err(bad(format!(
+                "none of the {} items ({found} before the filter) has the reference layer's assets {:?}",
+                items.len(),
+                reference.assets
+            )));
+        }
+        // Every layer's assets must exist on some Item.
+        for l in &c.layers {
+            for a in &l.assets {
+                if !items.iter().any(|it| it.assets.contains_key(a)) {
+                    return Err(bad(format!("layer {}: no item has an asset {a:?}", l.name)));
+                }
+            }
+        }
+        // Reference assets: opened now (checks, tile grid, ETag for the version).
+        let opened: Vec<Result<AssetSource>> = futures::stream::iter(drawn.clone())
+            .map(|i| {
+                let (stores, headers, options) = (stores.clone(), headers.clone(), options.clone());
+                let item = items[i].clone();
+                let key = ref_asset.clone();
+                async move {
+                    let asset = item.asset(&key)?;
+                    let object = open(&stores, &headers, &asset.href, &options).await?;
+                    AssetSource::new(&item.id, asset, object)
+                }
+            })
+            .buffered(64)
+            .collect()
+            .await;
+        let refs: Vec<AssetSource> = opened.into_iter().collect::<Result<_>>()?;
+        // Layer specs, with defaults from the first reference source and the Items' STAC.
+        let mut layers = Vec::with_capacity(c.layers.len());
+        for l in &c.layers {
+            let holder = items
+                .iter()
+                .find(|it| l.assets.iter().all(|a| it.assets.contains_key(a)))
+                .ok_or_else(|| bad(format!("layer {}: no single item has all of {:?}", l.name, l.assets)))?;
+            let mut bands = 0;
+            let mut asset_bands = Vec::with_capacity(l.assets.len());
+            let mut finest = f64::INFINITY;
+            let mut dtype: Option<DType> = None;
+            for a in &l.assets {
+                let asset = holder.asset(a)?;
+                let (src_dtype, nb, res) = if holder.id == refs[0].item && a == ref_asset {
+                    (refs[0].dtype, refs[0].bands, refs[0].transform.pixel_size().0)
+                } else {
+                    let object = open(&stores, &headers, &asset.href, &options).await?;
+                    let s = AssetSource::new(&holder.id, asset, object)?;
+                    (s.dtype, s.bands, s.transform.pixel_size().0)
+                };
+                if let Some(d) = dtype
+                    && d != src_dtype
+                {
+                    return Err(bad(format!(
+                        "layer {}: asset {a} holds {} where the layer's other assets hold {}: mixed data types are refused (set the layer's dtype after splitting it)",
+                        l.name,
+                        src_dtype.name(),
+                        d.name()
+                    )));
+                }
+                dtype = Some(src_dtype);
+                bands += nb;
+                asset_bands.push(nb);
+                finest = finest.min(res);
+            }
+            let src_dtype = dtype.unwrap_or(DType::U8);
+            let out = match &l.dtype {
+                Some(t) => DType::from_name(t).ok_or_else(|| bad(format!("layer {}: dtype {t}", l.name)))?,
+                None => src_dtype,
+            };
+            layers.push(LayerSpec {
+                name: l.name.clone(),
+                assets: l.assets.clone(),
+                resolution: l.resolution.unwrap_or(finest),
+                resampling: l
+                    .resampling
+                    .as_deref()
+                    .map(|k| Resampling::parse(k).unwrap_or(Resampling::Nearest))
+                    .unwrap_or(Resampling::Nearest),
+                dtype: out,
+                bands,
+                asset_bands,
+                nodata: l.nodata.unwrap_or(0.0),
+            });
+        }
+        let fixed = match c.crs.as_deref() {
+            None => None,
+            Some(s) if s.eq_ignore_ascii_case("native") => None,
+            Some(s) => Some(Crs::parse(s)?),
+        };
+        let res = layers[0].resolution;
+        let mut grids = Vec::with_capacity(refs.len());
+        for s in &refs {
+            grids.push(ref_grid(s, res, fixed.as_ref()).map_err(|m| bad(format!("item {}: {m}", s.item)))?);
+        }
+        let wgs = Crs::from_epsg(4326)?;
+        let bboxes = items
+            .iter()
+            .map(|it| {
+                it.bbox.unwrap_or_else(|| {
+                    // No STAC bbox: from the first asset's grid.
+                    it.assets
+                        .values()
+                        .find_map(|a| {
+                            let (t, (r, cc), e) = (a.transform?, a.shape?, a.epsg?);
+                            let crs = Crs::from_epsg(e).ok()?;
+                            let (mut xs, mut ys) = edge_points(&t, cc as f64, r as f64);
+                            Transformer::new(&crs, &wgs).transform(&mut xs, &mut ys);
+                            bbox_of(&xs, &ys)
+                        })
+                        .unwrap_or([-180.0, -90.0, 180.0, 90.0])
+                })
+            })
+            .collect();
+        let mut hasher = Sha256::new();
+        for it in &items {
+            hasher.update(format!("item\t{}\t{:?}\n", it.id, it.datetime));
+            for l in &layers {
+                for a in &l.assets {
+                    if let Some(asset) = it.assets.get(a) {
+                        hasher.update(format!("{a}\t{}\n", asset.href));
+                    }
+                }
+            }
+        }
+        for s in &refs {
+            hasher.update(format!(
+                "ref\t{}\t{}\t{}\n",
+                s.object.url,
+                s.object.version,
+                s.object.cog.header().object_size
+            ));
+        }
+        for l in &layers {
+            hasher.update(format!(
+                "layer\t{}\t{:?}\t{}\t{}\t{}\t{}\n",
+                l.name,
+                l.assets,
+                l.resolution,
+                l.resampling.name(),
+                l.dtype.name(),
+                l.nodata
+            ));
+        }
+        hasher.update(format!(
+            "crs\t{:?}\tmosaic\t{:?}\tpriority\t{keys:?}\n",
+            fixed, c.mosaic
+        ));
+        let version = hex::encode(hasher.finalize())[..16].to_string();
+        let objects = refs.iter().map(|s| s.object.clone()).collect();
+        Ok((
+            Self {
+                layers,
+                items,
+                bboxes,
+                drawn,
+                grids,
+                mosaic_all: c.mosaic.as_deref() == Some("all"),
+                fixed,
+                stores,
+                headers,
+                options,
+            },
+            objects,
+            version,
+        ))
+    }
+
+    /// `native`, or the fixed sample CRS.
+    pub fn crs_name(&self) -> String {
+        match &self.fixed {
+            Some(c) => c.to_string(),
+            None => "native".into(),
+        }
+    }
+
+    /// The plan's view of scene `i`.
+    pub fn scene_grid(&self, i: usize) -> SceneGrid {
+        let g = &self.grids[i];
+        SceneGrid {
+            width: g.width,
+            height: g.height,
+            block_width: g.block.0,
+            block_height: g.block.1,
+        }
+    }
+
+    /// The footprint bounds of `window` (reference-grid pixels of its scene).
+    pub fn bounds(&self, window: &WindowSpec) -> [f64; 4] {
+        let g = &self.grids[window.scene as usize];
+        let (x0, y0) = g.transform.apply(window.col as f64, window.row as f64);
+        let (x1, y1) = g.transform.apply(
+            (window.col + window.width as u64) as f64,
+            (window.row + window.height as u64) as f64,
+        );
+        [x0.min(x1), y0.min(y1), x0.max(x1), y0.max(y1)]
+    }
+
+    /// Items (indices, priority order) that may fill `bounds` of scene `scene` for `layer`.
+    fn candidates(&self, scene: usize, layer: &LayerSpec, crs: &Crs, bounds: [f64; 4]) -> Vec<usize> {
+        let drawn = &self.items[self.drawn[scene]];
+        let bb = lonlat_bbox(crs, bounds);
+        (0..self.items.len())
+            .filter(|&i| {
+                let it = &self.items[i];
+                if !layer.assets.iter().all(|a| it.assets.contains_key(a)) {
+                    return false;
+                }
+                if let Some(b) = bb {
+                    let ib = self.bboxes[i];
+                    if ib[0] > b[2] || ib[2] < b[0] || ib[1] > b[3] || ib[3] < b[1] {
+                        return false;
+                    }
+                }
+                if self.mosaic_all || it.id == drawn.id {
+                    return true;
+                }
+                if it.collection != drawn.collection {
+                    return true;
+                }
+                match (day(it), day(drawn)) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => true,
+                }
+            })
+            .collect()
+    }
+
+    async fn source(&self, item: &Item, key: &str) -> Result<AssetSource> {
+        let asset = item.asset(key)?;
+        let object = open(&self.stores, &self.headers, &asset.href, &self.options).await?;
+        AssetSource::new(&item.id, asset, object)
+    }
+
+    /// Assembles sample `window`: one little-endian tensor `[C, H_l, W_l]` for each layer in
+    /// `wanted` (others stay empty), and the sample's metadata.
+    pub async fn sample(
+        &self,
+        tiles: &dyn TileSource,
+        window: &WindowSpec,
+        wanted: &[usize],
+    ) -> Result<(Vec<Vec<u8>>, SampleMeta)> {
+        let scene = window.scene as usize;
+        let crs = self.grids[scene].crs.clone();
+        let bounds = self.bounds(window);
+        let mut out = Vec::with_capacity(self.layers.len());
+        let mut used = std::collections::BTreeSet::new();
+        for (li, layer) in self.layers.iter().enumerate() {
+            if !wanted.contains(&li) {
+                out.push(Vec::new());
+                continue;
+            }
+            let fp = Footprint::new(crs.clone(), bounds, layer.resolution)?;
+            let cands = self.candidates(scene, layer, &crs, bounds);
+            let mut bytes = Vec::with_capacity(layer.bands * (fp.width() * fp.height()) as usize * layer.dtype.size());
+            for (key, &nb) in layer.assets.iter().zip(&layer.asset_bands) {
+                let sources =
+                    futures::future::try_join_all(cands.iter().map(|&i| self.source(&self.items[i], key))).await?;
+                let (m, reads) = assemble::mosaic(tiles, &sources, nb, &fp, layer.resampling).await?;
+                for (r, &i) in reads.iter().zip(&cands) {
+                    if r.window.is_some() {
+                        used.insert(i);
+                    }
+                }
+                bytes.extend_from_slice(&m.to_bytes(
+                    layer.dtype,
+                    layer.nodata,
+                    layer.resampling != Resampling::Nearest,
+                ));
+            }
+            out.push(bytes);
+        }
+        let drawn = &self.items[self.drawn[scene]];
+        Ok((
+            out,
+            SampleMeta {
+                items: used.into_iter().map(|i| self.items[i].id.clone()).collect(),
+                datetime: drawn.datetime.map(|t| t.to_rfc3339()),
+                crs: crs.to_string(),
+                bounds,
+                resolution: self.layers[0].resolution,
+                padded: window.padded,
+            },
+        ))
+    }
+
+    /// Output shape `(C, H, W)` of each layer for a `patch` × `patch` reference window.
+    pub fn layer_shapes(&self, patch: u32) -> Vec<(usize, usize, usize)> {
+        let r0 = self.layers[0].resolution;
+        self.layers
+            .iter()
+            .map(|l| {
+                let side = ((patch as f64 * r0) / l.resolution + 0.5).floor() as usize;
+                (l.bands, side, side)
+            })
+            .collect()
+    }
+}
+
+/// The reference grid of `s` at resolution `res`, in `fixed` or in the asset's own CRS.
+fn ref_grid(s: &AssetSource, res: f64, fixed: Option<&Crs>) -> std::result::Result<RefGrid, String> {
+    let t = s.transform;
+    let tile = s.object.cog.header().levels[0].block_width as f64;
+    let tile_h = s.object.cog.header().levels[0].block_height as f64;
+    let (px, py) = t.pixel_size();
+    let block = |tile: f64, p: f64| ((tile * p / res).round() as u64).max(1);
+    match fixed {
+        Some(crs) if crs != &s.crs => {
+            let (mut xs, mut ys) = edge_points(&t, s.width as f64, s.height as f64);
+            Transformer::new(&s.crs, crs).transform(&mut xs, &mut ys);
+            let b = bbox_of(&xs, &ys).ok_or("its grid does not transform into the dataset's CRS")?;
+            let (x0, y1) = ((b[0] / res).floor() * res, (b[3] / res).ceil() * res);
+            let (x1, y0) = ((b[2] / res).ceil() * res, (b[1] / res).floor() * res);
+            Ok(RefGrid {
+                crs: crs.clone(),
+                transform: Affine::north_up(x0, y1, res),
+                width: ((x1 - x0) / res).round() as u64,
+                height: ((y1 - y0) / res).round() as u64,
+                block: (block(tile, px), block(tile_h, py)),
+            })
+        }
+        _ => {
+            if t.b != 0.0 || t.d != 0.0 || t.a <= 0.0 || t.e >= 0.0 {
+                return Err("its reference asset's grid is not north-up; use a fixed crs".into());
+            }
+            Ok(RefGrid {
+                crs: s.crs.clone(),
+                transform: Affine::north_up(t.c, t.f, res),
+                width: (s.width as f64 * px / res + 1e-9).floor() as u64,
+                height: (s.height as f64 * py / res + 1e-9).floor() as u64,
+                block: (block(tile, px), block(tile_h, py)),
+            })
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! Map-space (STAC) datasets through the daemon: every layer of every sample equals
+//! `cogfeed warp` of the footprint its metadata names; streams are deterministic, resume
+//! with another world size, and k concurrent jobs fetch each source tile once.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
+
+mod common;
+
+use std::path::Path;
+
+use cogfeed_client::{Batch, Client, pb};
+use cogfeed_server::assemble::command::{WarpRequest, warp};
+use cogfeed_server::config::Config;
+use cogfeed_server::storage::StoreOptions;
+use common::inproc::start;
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+
+fn stac_config(dir: &Path) -> Config {
+    cogfeed_server::demo_stac::write_stac_demo(&dir.join("stac")).unwrap();
+    let mut c = Config::demo_default(dir);
+    c.datasets.retain(|d| d.name == "demo-stac");
+    c
+}
+
+fn request(sampler: pb::Sampler, patch: u32, batch: u32) -> pb::StreamBatchesRequest {
+    pb::StreamBatchesRequest {
+        dataset: "demo-stac".into(),
+        job: "stac-test".into(),
+        sampler: sampler as i32,
+        patch_size: patch,
+        batch_size: batch,
+        seed: 7,
+        world_size: 1,
+        ..Default::default()
+    }
+}
+
+async fn collect(addr: &str, r: pb::StreamBatchesRequest) -> Vec<Batch> {
+    let mut client = Client::connect(addr).await.unwrap();
+    let stream = client.stream(r).await.unwrap();
+    stream.map(|b| b.unwrap()).collect().await
+}
+
+fn digest(b: &Batch) -> String {
+    let mut h = Sha256::new();
+    for (name, t) in &b.layers {
+        h.update(name.as_bytes());
+        h.update(&t.data);
+    }
+    hex::encode(h.finalize())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_layer_of_every_sample_is_the_warp_of_its_footprint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = stac_config(tmp.path());
+    let d = start(config.clone()).await;
+    let mut client = Client::connect(&d.addr).await.unwrap();
+    let info = client.describe("demo-stac").await.unwrap();
+    let layers: Vec<(String, Vec<String>, f64, String, f64)> = info
+        .layers
+        .iter()
+        .map(|l| {
+            (
+                l.name.clone(),
+                l.assets.clone(),
+                l.resolution,
+                l.resampling.clone(),
+                l.nodata,
+            )
+        })
+        .collect();
+    assert_eq!(
+        layers.iter().map(|l| l.0.as_str()).collect::<Vec<_>>(),
+        ["image", "swir", "label"]
+    );
+    // A grid cover of both tiles: footprints in both zones, across the overlap, at the edges.
+    let mut r = request(pb::Sampler::Grid, 64, 8);
+    r.stride = 128;
+    let batches = collect(&d.addr, r).await;
+    assert!(!batches.is_empty());
+    let items = tmp.path().join("stac/items.json").to_string_lossy().into_owned();
+    let (mut mosaics, mut samples, mut labelled) = (0, 0, 0);
+    for b in &batches {
+        assert_eq!(b.layers.len(), 3);
+        let n = b.samples.len();
+        assert_eq!(b.layer("image").unwrap().shape, vec![n, 4, 64, 64]);
+        assert_eq!(b.layer("swir").unwrap().shape, vec![n, 1, 32, 32]);
+        assert_eq!(b.layer("label").unwrap().shape, vec![n, 1, 64, 64]);
+        for (i, meta) in b.samples.iter().enumerate() {
+            samples += 1;
+            if meta.items.iter().filter(|id| id.starts_with("S2A")).count() > 1 {
+                mosaics += 1;
+            }
+            if meta.items.iter().any(|id| id.starts_with("LC_")) {
+                labelled += 1;
+            }
+            for (name, assets, res, kernel, nodata) in &layers {
+                let t = b.layer(name).unwrap();
+                let per = t.data.len() / n;
+                let got = &t.data[i * per..(i + 1) * per];
+                let holders: Vec<String> = meta.items.clone();
+                if holders.is_empty() {
+                    continue;
+                }
+                let out = warp(
+                    &WarpRequest {
+                        items: items.clone(),
+                        ids: holders,
+                        assets: assets.clone(),
+                        crs: meta.crs.clone(),
+                        bounds: [meta.bounds[0], meta.bounds[1], meta.bounds[2], meta.bounds[3]],
+                        resolution: *res,
+                        resampling: kernel.clone(),
+                        nodata: *nodata,
+                    },
+                    &StoreOptions::default(),
+                )
+                .await;
+                match out {
+                    Ok(o) => assert!(
+                        o.data == got,
+                        "layer {name} of sample {i} of batch {} differs from cogfeed warp",
+                        b.index
+                    ),
+                    // Items of the sample without the layer's asset: the layer is all nodata.
+                    Err(e) => {
+                        assert!(e.to_string().contains("no such asset"), "{e}");
+                        let fill = *nodata as u8;
+                        assert!(
+                            got.iter().all(|v| *v == fill || *nodata > 255.0),
+                            "layer {name} should be empty"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert!(mosaics > 0, "no footprint across the zone overlap ({samples} samples)");
+    assert!(labelled > 0, "no footprint over the label raster");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stac_streams_are_deterministic_and_resume_with_another_world_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = start(stac_config(tmp.path())).await;
+    let mut r = request(pb::Sampler::Random, 32, 4);
+    r.samples_per_epoch = 48;
+    let one = collect(&d.addr, r.clone()).await;
+    assert_eq!(one.len(), 12);
+    let again = collect(&d.addr, r.clone()).await;
+    assert_eq!(
+        one.iter().map(digest).collect::<Vec<_>>(),
+        again.iter().map(digest).collect::<Vec<_>>()
+    );
+    // Resume after 5 batches (20 samples) with two ranks: together they cover what follows once.
+    let mut seen = Vec::new();
+    for rank in 0..2 {
+        let mut rr = r.clone();
+        rr.cursor = one[4].cursor;
+        rr.world_size = 2;
+        rr.rank = rank;
+        for b in collect(&d.addr, rr).await {
+            for (i, m) in b.samples.iter().enumerate() {
+                let t = b.layer("image").unwrap();
+                let per = t.data.len() / b.samples.len();
+                seen.push(format!(
+                    "{:?} {}",
+                    m.bounds,
+                    hex::encode(Sha256::digest(&t.data[i * per..(i + 1) * per]))
+                ));
+            }
+        }
+    }
+    let mut rest = Vec::new();
+    for b in &one[5..] {
+        for (i, m) in b.samples.iter().enumerate() {
+            let t = b.layer("image").unwrap();
+            let per = t.data.len() / b.samples.len();
+            rest.push(format!(
+                "{:?} {}",
+                m.bounds,
+                hex::encode(Sha256::digest(&t.data[i * per..(i + 1) * per]))
+            ));
+        }
+    }
+    // Each rank gets whole global steps of 2 x 4 samples: 28 left, 24 delivered, in plan order.
+    assert_eq!(seen.len(), 24);
+    rest.truncate(seen.len());
+    seen.sort();
+    rest.sort();
+    assert_eq!(
+        seen, rest,
+        "two ranks resumed from the cursor must deliver the rest of the epoch once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_stac_jobs_fetch_each_source_tile_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = start(stac_config(tmp.path())).await;
+    let mut r = request(pb::Sampler::Aligned, 256, 2);
+    r.layers = vec!["image".into()];
+    let solo = collect(&d.addr, r.clone()).await;
+    let misses = || d.app.cache.stats().misses.load(std::sync::atomic::Ordering::Relaxed);
+    let after_one = misses();
+    assert!(after_one > 0);
+    // A fresh daemon: four jobs at once cost what one did.
+    let d4 = start(stac_config(tmp.path())).await;
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (addr, r) = (d4.addr.clone(), r.clone());
+            tokio::spawn(async move { collect(&addr, r).await })
+        })
+        .collect();
+    for t in tasks {
+        let got = t.await.unwrap();
+        assert_eq!(
+            got.iter().map(digest).collect::<Vec<_>>(),
+            solo.iter().map(digest).collect::<Vec<_>>()
+        );
+    }
+    let four = d4.app.cache.stats().misses.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(four, after_one, "4 jobs must fetch each source tile once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn map_space_requests_are_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = start(stac_config(tmp.path())).await;
+    let mut client = Client::connect(&d.addr).await.unwrap();
+    type Change = Box<dyn Fn(&mut pb::StreamBatchesRequest)>;
+    let cases: Vec<(Change, &str)> = vec![
+        (Box::new(|r| r.layers = vec!["nope".into()]), "no layer"),
+        (Box::new(|r| r.bands = vec![1]), "layers, not bands"),
+        (Box::new(|r| r.labels = true), "labels are a layer"),
+        (Box::new(|r| r.dtype = "float32".into()), "dtype"),
+        (Box::new(|r| r.layers = vec!["image".into(), "image".into()]), "twice"),
+    ];
+    for (change, want) in cases {
+        let mut r = request(pb::Sampler::Random, 32, 2);
+        change(&mut r);
+        let err = match client.stream(r).await {
+            Err(e) => e.to_string(),
+            Ok(s) => {
+                let first: Vec<_> = s.take(1).collect().await;
+                format!("{:?}", first[0].as_ref().err())
+            }
+        };
+        assert!(err.contains(want), "{want}: {err}");
+    }
+}
