@@ -13,7 +13,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import grpc
 import numpy as np
@@ -22,7 +22,7 @@ from ._alloc import keep_large_allocations
 from ._errors import CogfeedError, from_rpc_error
 from ._state import EpochCursor
 from ._tensor import to_numpy
-from ._wire import SkippedSample, decode_batch
+from ._wire import SampleMeta, SkippedSample, decode_batch
 from .v1 import feed_pb2 as pb
 from .v1 import feed_pb2_grpc as pb_grpc
 
@@ -60,6 +60,19 @@ class Batch:
     index: int  # batch index within this rank's share of the epoch
     cursor: int  # global sample offset after this batch: resume from here
     skipped: List[SkippedSample] = field(default_factory=list)  # samples left out of this batch
+    #: Map-space (STAC) datasets: one array per layer, [B, C, H_l, W_l], by name.
+    layers: Dict[str, np.ndarray] = field(default_factory=dict)
+    #: Map-space datasets: a `SampleMeta` per sample (items, datetime, crs, bounds, ...).
+    meta: List[SampleMeta] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """A layer by name (`batch["image"]`); "image" and "label" also name the scene
+        dataset's arrays."""
+        if name in self.layers:
+            return self.layers[name]
+        if name == "image" or (name == "label" and self.label is not None):
+            return getattr(self, name)
+        raise KeyError(f"no layer {name!r} in this batch (layers: {', '.join(self.layers) or 'none'})")
 
 
 def _read(path_or_bytes):
@@ -308,6 +321,7 @@ class Loader(EpochCursor):
                     batch = Batch(
                         image=image, label=label, windows=windows, epoch=meta["epoch"],
                         index=base + meta["index"], cursor=meta["cursor"], skipped=skipped,
+                        layers=meta["layers"], meta=meta["samples"],
                     )
                     cursor = meta["cursor"]
                     self.cursor = cursor

@@ -12,7 +12,7 @@ batch_size samples (none at all included) when the server skipped unreadable one
 listed as `SkippedSample`s.
 """
 
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -30,6 +30,18 @@ class SkippedSample(NamedTuple):
     sample: int  # global position of the sample in the epoch
     window: Tuple[int, ...]  # a windows row: scene, col, row, width, height, level, padded
     reason: str  # "corrupt" (a tile does not decode) or "missing" (an object is gone)
+
+
+class SampleMeta(NamedTuple):
+    """What one sample of a map-space (STAC) dataset is: `cogfeed warp` with these items,
+    CRS, bounds and a layer's assets, resolution and kernel reproduces the layer."""
+
+    items: Tuple[str, ...]  # item ids in mosaic priority order
+    datetime: Optional[str]  # the drawn item's datetime (RFC 3339), None when it has none
+    crs: str  # EPSG:<code>
+    bounds: Tuple[float, float, float, float]  # minx, miny, maxx, maxy in crs
+    resolution: float  # reference layer pixel size
+    padded: bool
 
 
 def window_row(w):
@@ -94,11 +106,23 @@ def _tensor(raw, view, start, end):
     return array.reshape(tuple(shape))
 
 
+def _named_tensor(raw, view, start, end):
+    name, tensor = "", None
+    for field, _, value in _fields(view, start, end):
+        if field == 1:
+            name = bytes(view[value[0]:value[0] + value[1]]).decode()
+        elif field == 2:
+            tensor = _tensor(raw, view, value[0], value[0] + value[1])
+    return name, tensor
+
+
 def decode_batch(raw):
     """(fields dict, image [B, C, H, W], label [B, H, W] or None, windows [B, 7] int64, list of
-    `SkippedSample`) of a serialized Batch. B may be below batch_size, or 0."""
+    `SkippedSample`) of a serialized Batch. B may be below batch_size, or 0. For map-space
+    datasets the fields dict also holds "layers" ({name: [B, C, H_l, W_l]}, request order)
+    and "samples" (a `SampleMeta` per sample); both are empty otherwise."""
     view = memoryview(raw)
-    meta = {"epoch": 0, "index": 0, "cursor": 0, "batches_in_epoch": 0}
+    meta = {"epoch": 0, "index": 0, "cursor": 0, "batches_in_epoch": 0, "layers": {}, "samples": []}
     image = label = None
     windows, skipped = [], []
     names = {1: "epoch", 2: "index", 3: "cursor", 7: "batches_in_epoch"}
@@ -114,6 +138,13 @@ def decode_batch(raw):
         elif field == 8:
             s = pb.SkippedSample.FromString(bytes(view[value[0]:value[0] + value[1]]))
             skipped.append(SkippedSample(s.sample, window_row(s.window), s.reason))
+        elif field == 9:
+            name, tensor = _named_tensor(raw, view, value[0], value[0] + value[1])
+            meta["layers"][name] = tensor
+        elif field == 10:
+            m = pb.SampleInfo.FromString(bytes(view[value[0]:value[0] + value[1]]))
+            meta["samples"].append(SampleMeta(tuple(m.items), m.datetime or None, m.crs, tuple(m.bounds),
+                                              m.resolution, m.padded))
     if image is None:
         raise ValueError("batch without image")
     columns = len(WINDOW_COLUMNS)

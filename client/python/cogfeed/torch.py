@@ -38,7 +38,8 @@ def _tensor(array, bfloat16=False):
 
 
 class StreamDataset(EpochCursor, torch.utils.data.IterableDataset):
-    """Batches of one dataset as dicts of tensors: image [B, C, H, W], label [B, H, W] or None,
+    """Batches of one dataset as dicts of tensors (map-space datasets add one tensor per layer
+    by name, [B, C, H_l, W_l], and "meta", a `SampleMeta` per sample): image [B, C, H, W], label [B, H, W] or None,
     windows [B, 7] int64 (scene, col, row, width, height, level, padded 0/1), epoch, index,
     cursor, and skipped (list of `cogfeed.SkippedSample`). B is below batch_size, even 0,
     when the server skipped unreadable samples (`on_corrupt="skip"`)."""
@@ -68,7 +69,7 @@ class StreamDataset(EpochCursor, torch.utils.data.IterableDataset):
         loader = self._loader(self._begin())
         for b in loader:
             self.cursor = b.cursor
-            yield {
+            out = {
                 "image": _tensor(b.image, bfloat16=self._dtype == "bfloat16"),
                 "label": None if b.label is None else _tensor(b.label),
                 "windows": torch.from_numpy(b.windows),
@@ -77,4 +78,11 @@ class StreamDataset(EpochCursor, torch.utils.data.IterableDataset):
                 "cursor": b.cursor,
                 "skipped": b.skipped,
             }
+            # Map-space datasets: one tensor per layer by name (the first is also "image"),
+            # and the samples' metadata.
+            for name, array in b.layers.items():
+                out[name] = _tensor(array)
+            if b.layers:
+                out["meta"] = b.meta
+            yield out
         self._end()

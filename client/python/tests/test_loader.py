@@ -113,7 +113,9 @@ def test_unknown_dataset_raises_naming_it(daemon):
 
 def test_client_calls(daemon):
     with cogfeed.Client(daemon.address) as c:
-        (d,) = c.datasets()
+        names = [d.name for d in c.datasets()]
+        assert names == ["demo", "demo-stac"]
+        (d,) = [d for d in c.datasets() if d.name == "demo"]
         assert (d.name, d.scenes, d.labels) == ("demo", 4, True)
         info = c.describe("demo")
         assert list(info.bands) == [1, 2, 3, 4] and info.dtype == "uint16"

@@ -19,7 +19,7 @@ def some_value(f):
     if f.enum_type is not None:
         return "grid"
     if f.is_repeated:
-        return [3, 1]
+        return ["b", "a"] if f.type == f.TYPE_STRING else [3, 1]
     return {f.TYPE_STRING: "x", f.TYPE_BOOL: True}.get(f.type, 7)
 
 

@@ -24,7 +24,7 @@ def test_matches_protobuf():
         label = (rng.random((2, 5, 7)) * 8).astype(np.uint8)
         raw = make(dtype, arr, label)
         meta, image, lab, windows, skipped = decode_batch(raw)
-        assert meta == {"epoch": 3, "index": 7, "cursor": 99, "batches_in_epoch": 12}
+        assert meta == {"epoch": 3, "index": 7, "cursor": 99, "batches_in_epoch": 12, "layers": {}, "samples": []}
         assert image.dtype == np_dtype and np.array_equal(image, arr)
         assert np.array_equal(lab, label)
         # The 7th column is Window.padded.
@@ -76,3 +76,22 @@ def test_a_batch_with_no_sample_left():
     assert label.shape == (0, 3, 4) and label.dtype == np.uint8
     assert windows.shape == (0, 7) and windows.dtype == np.int64
     assert [s.sample for s in skipped] == [30, 31, 32, 33]
+
+
+def test_layers_and_sample_metadata_decode_like_protobuf():
+    """Map-space batches: one tensor per layer by name, in order, and a SampleInfo per sample."""
+    image = np.arange(2 * 4 * 3 * 3, dtype=np.uint16).reshape(2, 4, 3, 3)
+    swir = np.arange(2 * 1 * 2 * 2, dtype=np.uint16).reshape(2, 1, 2, 2)
+    b = pb.Batch(epoch=1, index=0, cursor=2)
+    b.image.CopyFrom(pb.Tensor(dtype="uint16", shape=list(image.shape), data=image.tobytes()))
+    for name, arr in (("image", image), ("swir", swir)):
+        b.layers.add(name=name, tensor=pb.Tensor(dtype="uint16", shape=list(arr.shape), data=arr.tobytes()))
+    b.samples.add(items=["A", "B"], datetime="2024-06-03T10:18:21+00:00", crs="EPSG:32633",
+                  bounds=[1.0, 2.0, 3.0, 4.0], resolution=10.0, padded=False)
+    b.samples.add(items=["A"], crs="EPSG:32632", bounds=[5.0, 6.0, 7.0, 8.0], resolution=10.0, padded=True)
+    meta, img, _, _, _ = decode_batch(b.SerializeToString())
+    assert list(meta["layers"]) == ["image", "swir"]
+    assert np.array_equal(meta["layers"]["swir"], swir) and np.array_equal(img, image)
+    first, second = meta["samples"]
+    assert first.items == ("A", "B") and first.crs == "EPSG:32633" and first.bounds == (1.0, 2.0, 3.0, 4.0)
+    assert second.datetime is None and second.padded
