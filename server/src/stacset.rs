@@ -484,6 +484,18 @@ impl MapSpace {
             for (key, &nb) in layer.assets.iter().zip(&layer.asset_bands) {
                 let sources =
                     futures::future::try_join_all(cands.iter().map(|&i| self.source(&self.items[i], key))).await?;
+                if let [only] = sources.as_slice()
+                    && let Some(window) = aligned_window(only, &fp, layer)
+                {
+                    // One source on the footprint's own grid: its pixels are the sample.
+                    let bands: Vec<usize> = (0..only.bands).collect();
+                    let raster = crate::pipeline::patch::read(tiles, &only.object, window, &bands, layer.nodata)
+                        .await
+                        .map_err(|e| Error::tiff(only.object.url.as_ref(), e))?;
+                    used.insert(cands[0]);
+                    bytes.extend_from_slice(&raster.data);
+                    continue;
+                }
                 let (m, reads) = assemble::mosaic(tiles, &sources, nb, &fp, layer.resampling).await?;
                 for (r, &i) in reads.iter().zip(&cands) {
                     if r.window.is_some() {
@@ -523,6 +535,45 @@ impl MapSpace {
             })
             .collect()
     }
+}
+
+/// The window of `src`'s full-resolution grid that is exactly `fp` (same CRS, north-up,
+/// same pixel size, whole-pixel offset, starting inside the image), when the layer's
+/// output is then the source's bytes: same sample type, and source nodata equal to the
+/// layer's fill (or none). Every kernel reduces to a copy there, as in GDAL, which warps a
+/// translation on pixel boundaries with nearest.
+fn aligned_window(src: &AssetSource, fp: &Footprint, layer: &LayerSpec) -> Option<WindowSpec> {
+    let t = src.transform;
+    let res = fp.resolution;
+    if src.crs != fp.crs || t.b != 0.0 || t.d != 0.0 || src.dtype != layer.dtype {
+        return None;
+    }
+    let same = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    if !same(t.a, res) || !same(-t.e, res) {
+        return None;
+    }
+    if src.nodata.iter().any(|n| n.is_some_and(|v| v != layer.nodata)) {
+        return None;
+    }
+    let col = (fp.bounds[0] - t.c) / res;
+    let row = (t.f - fp.bounds[3]) / res;
+    let whole = |v: f64| (v - v.round()).abs() < 1e-6;
+    if !whole(col) || !whole(row) || col.round() < 0.0 || row.round() < 0.0 {
+        return None;
+    }
+    let (col, row) = (col.round() as u64, row.round() as u64);
+    if col >= src.width || row >= src.height {
+        return None;
+    }
+    Some(WindowSpec {
+        scene: 0,
+        col,
+        row,
+        width: u32::try_from(fp.width()).ok()?,
+        height: u32::try_from(fp.height()).ok()?,
+        level: 0,
+        padded: false,
+    })
 }
 
 /// The reference grid of `s` at resolution `res`, in `fixed` or in the asset's own CRS.

@@ -13,6 +13,7 @@ use cogfeed_server::assemble::command::{WarpRequest, warp};
 use cogfeed_server::config::Config;
 use cogfeed_server::storage::StoreOptions;
 use common::inproc::start;
+use common::servers::{S3_KEY, S3_SECRET, start_s3};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
@@ -51,26 +52,78 @@ fn digest(b: &Batch) -> String {
     hex::encode(h.finalize())
 }
 
+type LayerSpec = (String, Vec<String>, f64, String, f64);
+
+async fn layers_of(addr: &str) -> Vec<LayerSpec> {
+    let mut client = Client::connect(addr).await.unwrap();
+    let info = client.describe("demo-stac").await.unwrap();
+    info.layers
+        .iter()
+        .map(|l| (l.name.clone(), l.assets.clone(), l.resolution, l.resampling.clone(), l.nodata))
+        .collect()
+}
+
+/// Checks every layer of every sample against `cogfeed warp` of the footprint its metadata
+/// names; returns (samples, samples mosaicked from two S2 items, samples with labels).
+async fn check_against_warp(
+    batches: &[Batch],
+    items: &str,
+    layers: &[LayerSpec],
+    store: &StoreOptions,
+) -> (usize, usize, usize) {
+    let (mut samples, mut mosaics, mut labelled) = (0, 0, 0);
+    for b in batches {
+        let n = b.samples.len();
+        for (i, meta) in b.samples.iter().enumerate() {
+            samples += 1;
+            if meta.items.iter().filter(|id| id.starts_with("S2A")).count() > 1 {
+                mosaics += 1;
+            }
+            if meta.items.iter().any(|id| id.starts_with("LC_")) {
+                labelled += 1;
+            }
+            for (name, assets, res, kernel, nodata) in layers {
+                let t = b.layer(name).unwrap();
+                let per = t.data.len() / n;
+                let got = &t.data[i * per..(i + 1) * per];
+                if meta.items.is_empty() {
+                    continue;
+                }
+                let request = WarpRequest {
+                    items: items.to_string(),
+                    ids: meta.items.clone(),
+                    assets: assets.clone(),
+                    crs: meta.crs.clone(),
+                    bounds: [meta.bounds[0], meta.bounds[1], meta.bounds[2], meta.bounds[3]],
+                    resolution: *res,
+                    resampling: kernel.clone(),
+                    nodata: *nodata,
+                };
+                match warp(&request, store).await {
+                    Ok(o) => assert!(
+                        o.data == got,
+                        "layer {name} of sample {i} of batch {} differs from cogfeed warp",
+                        b.index
+                    ),
+                    // None of the sample's items has the layer's asset: the layer is all fill.
+                    Err(e) => {
+                        assert!(e.to_string().contains("no such asset"), "{e}");
+                        let fill = (*nodata as u16).to_le_bytes();
+                        let es = per / t.shape[1..].iter().product::<usize>();
+                        assert!(got.chunks(es).all(|v| v == &fill[..es]), "layer {name} should be all fill");
+                    }
+                }
+            }
+        }
+    }
+    (samples, mosaics, labelled)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_layer_of_every_sample_is_the_warp_of_its_footprint() {
     let tmp = tempfile::tempdir().unwrap();
-    let config = stac_config(tmp.path());
-    let d = start(config.clone()).await;
-    let mut client = Client::connect(&d.addr).await.unwrap();
-    let info = client.describe("demo-stac").await.unwrap();
-    let layers: Vec<(String, Vec<String>, f64, String, f64)> = info
-        .layers
-        .iter()
-        .map(|l| {
-            (
-                l.name.clone(),
-                l.assets.clone(),
-                l.resolution,
-                l.resampling.clone(),
-                l.nodata,
-            )
-        })
-        .collect();
+    let d = start(stac_config(tmp.path())).await;
+    let layers = layers_of(&d.addr).await;
     assert_eq!(
         layers.iter().map(|l| l.0.as_str()).collect::<Vec<_>>(),
         ["image", "swir", "label"]
@@ -80,65 +133,103 @@ async fn every_layer_of_every_sample_is_the_warp_of_its_footprint() {
     r.stride = 128;
     let batches = collect(&d.addr, r).await;
     assert!(!batches.is_empty());
-    let items = tmp.path().join("stac/items.json").to_string_lossy().into_owned();
-    let (mut mosaics, mut samples, mut labelled) = (0, 0, 0);
     for b in &batches {
-        assert_eq!(b.layers.len(), 3);
         let n = b.samples.len();
         assert_eq!(b.layer("image").unwrap().shape, vec![n, 4, 64, 64]);
         assert_eq!(b.layer("swir").unwrap().shape, vec![n, 1, 32, 32]);
         assert_eq!(b.layer("label").unwrap().shape, vec![n, 1, 64, 64]);
-        for (i, meta) in b.samples.iter().enumerate() {
-            samples += 1;
-            if meta.items.iter().filter(|id| id.starts_with("S2A")).count() > 1 {
-                mosaics += 1;
-            }
-            if meta.items.iter().any(|id| id.starts_with("LC_")) {
-                labelled += 1;
-            }
-            for (name, assets, res, kernel, nodata) in &layers {
-                let t = b.layer(name).unwrap();
-                let per = t.data.len() / n;
-                let got = &t.data[i * per..(i + 1) * per];
-                let holders: Vec<String> = meta.items.clone();
-                if holders.is_empty() {
-                    continue;
-                }
-                let out = warp(
-                    &WarpRequest {
-                        items: items.clone(),
-                        ids: holders,
-                        assets: assets.clone(),
-                        crs: meta.crs.clone(),
-                        bounds: [meta.bounds[0], meta.bounds[1], meta.bounds[2], meta.bounds[3]],
-                        resolution: *res,
-                        resampling: kernel.clone(),
-                        nodata: *nodata,
-                    },
-                    &StoreOptions::default(),
-                )
-                .await;
-                match out {
-                    Ok(o) => assert!(
-                        o.data == got,
-                        "layer {name} of sample {i} of batch {} differs from cogfeed warp",
-                        b.index
-                    ),
-                    // Items of the sample without the layer's asset: the layer is all nodata.
-                    Err(e) => {
-                        assert!(e.to_string().contains("no such asset"), "{e}");
-                        let fill = *nodata as u8;
-                        assert!(
-                            got.iter().all(|v| *v == fill || *nodata > 255.0),
-                            "layer {name} should be empty"
-                        );
-                    }
-                }
-            }
-        }
     }
+    let items = tmp.path().join("stac/items.json").to_string_lossy().into_owned();
+    let (samples, mosaics, labelled) = check_against_warp(&batches, &items, &layers, &StoreOptions::default()).await;
     assert!(mosaics > 0, "no footprint across the zone overlap ({samples} samples)");
     assert!(labelled > 0, "no footprint over the label raster");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_crs_reprojects_every_item_into_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = stac_config(tmp.path());
+    config.datasets[0].crs = Some("EPSG:32633".into());
+    let d = start(config).await;
+    let layers = layers_of(&d.addr).await;
+    let mut r = request(pb::Sampler::Random, 48, 4);
+    r.samples_per_epoch = 24;
+    let batches = collect(&d.addr, r).await;
+    assert!(batches.iter().flat_map(|b| &b.samples).all(|m| m.crs == "EPSG:32633"));
+    // Samples drawn from the zone-32 tile are reprojected (their items name it).
+    assert!(
+        batches
+            .iter()
+            .flat_map(|b| &b.samples)
+            .any(|m| m.items.iter().any(|i| i.contains("32TQS")))
+    );
+    let items = tmp.path().join("stac/items.json").to_string_lossy().into_owned();
+    check_against_warp(&batches, &items, &layers, &StoreOptions::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stac_archive_on_s3_serves_the_same_samples_as_local_files() {
+    let root = tempfile::tempdir().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    cogfeed_server::demo_stac::write_stac_demo(&local.path().join("stac")).unwrap();
+    // The bucket `stac` holds the archive; a second layout keeps one Item JSON per object
+    // under `items/`, with hrefs relative to it.
+    let bucket = root.path().join("stac");
+    std::fs::create_dir_all(bucket.join("items")).unwrap();
+    copy_dir(&local.path().join("stac"), &bucket);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(local.path().join("stac/items.json")).unwrap()).unwrap();
+    for f in doc["features"].as_array().unwrap() {
+        let mut f = f.clone();
+        for (_, a) in f["assets"].as_object_mut().unwrap() {
+            let href = a["href"].as_str().unwrap().to_string();
+            a["href"] = serde_json::Value::from(format!("../{href}"));
+        }
+        let id = f["id"].as_str().unwrap().to_string();
+        std::fs::write(bucket.join("items").join(format!("{id}.json")), serde_json::to_vec(&f).unwrap()).unwrap();
+    }
+    let (port, _s3) = start_s3(root.path());
+    let mut store = StoreOptions {
+        s3_endpoint: Some(format!("http://127.0.0.1:{port}")),
+        s3_access_key_id: Some(S3_KEY.into()),
+        s3_secret_access_key: Some(S3_SECRET.into()),
+        ..Default::default()
+    };
+    store.max_retries = 1;
+    let mut r = request(pb::Sampler::Grid, 64, 8);
+    r.stride = 192;
+    let local_daemon = start(stac_config(local.path())).await;
+    let expected = collect(&local_daemon.addr, r.clone()).await;
+    for stac in ["s3://stac/items.json", "s3://stac/items/"] {
+        let mut config = stac_config(local.path());
+        config.datasets[0].stac = Some(stac.into());
+        config.store.s3_endpoint = store.s3_endpoint.clone();
+        config.store.s3_access_key_id = Some(S3_KEY.into());
+        config.store.s3_secret_access_key = Some(S3_SECRET.into());
+        let d = start(config).await;
+        let got = collect(&d.addr, r.clone()).await;
+        assert_eq!(got.len(), expected.len());
+        for (a, b) in got.iter().zip(&expected) {
+            assert_eq!(digest(a), digest(b), "{stac}: batch {} differs from local files", a.index);
+        }
+        if stac.ends_with(".json") {
+            let layers = layers_of(&d.addr).await;
+            check_against_warp(&got[..1], stac, &layers, &store).await;
+        }
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -167,6 +167,7 @@ fn plan_stream(
     kind: SamplerKind,
     grids: Vec<SceneGrid>,
     sample_bytes: u64,
+    load_bytes: u64,
 ) -> Result<Planned, Error> {
     let batch_bytes = sample_bytes.saturating_mul(u64::from(r.batch_size));
     if batch_bytes > limits.max_batch_bytes {
@@ -201,7 +202,7 @@ fn plan_stream(
         epoch_len: plan.len(),
     };
     let floor = (2 * r.batch_size as usize).clamp(16, 256);
-    let ceiling = ((limits.max_prefetch_bytes / sample_bytes.max(1)) as usize).clamp(floor, 4096);
+    let ceiling = ((limits.max_prefetch_bytes / load_bytes.max(1)) as usize).clamp(floor, 4096);
     let prefetch = if r.prefetch > 0 {
         Depth::Fixed((r.prefetch as usize).min(ceiling))
     } else {
@@ -217,7 +218,7 @@ fn plan_stream(
     let queued = limits.stream_queue_batches as u64 + BATCHES_BESIDE_QUEUE;
     let stream_bytes = batch_bytes
         .saturating_mul(queued)
-        .saturating_add(sample_bytes.saturating_mul(reserved as u64));
+        .saturating_add(load_bytes.saturating_mul(reserved as u64));
     Ok(Planned {
         plan,
         share,
@@ -280,18 +281,20 @@ fn map_stream_job(
     }
     let on_corrupt = corrupt_policy(ds, &r.on_corrupt)?;
     let shapes = map.layer_shapes(r.patch_size);
-    let mut sample_bytes = 0u64;
+    // Output bytes per sample (what batches hold) and, while a sample loads, the warp's
+    // working set on top: f64 values and a validity flag per output pixel of each layer.
+    let (mut sample_bytes, mut working) = (0u64, 0u64);
     for &l in &layers {
         let (c, h, w) = shapes[l];
-        let bytes = (c as u64)
-            .checked_mul(h as u64)
-            .and_then(|x| x.checked_mul(w as u64))
-            .and_then(|x| x.checked_mul(map.layers[l].dtype.size() as u64))
-            .unwrap_or(u64::MAX);
-        sample_bytes = sample_bytes.saturating_add(bytes);
+        let pixels = (h as u64).checked_mul(w as u64).unwrap_or(u64::MAX);
+        let values = pixels.checked_mul(c as u64).unwrap_or(u64::MAX);
+        sample_bytes = sample_bytes.saturating_add(values.saturating_mul(map.layers[l].dtype.size() as u64));
+        working = working.saturating_add(values.saturating_mul(8).saturating_add(pixels));
     }
+    let sample_bytes = sample_bytes.max(1);
     let grids = (0..ds.scenes.len()).map(|i| map.scene_grid(i)).collect();
-    let p = plan_stream(ds, limits, r, kind, grids, sample_bytes.max(1))?;
+    let load_bytes = sample_bytes.saturating_add(working);
+    let p = plan_stream(ds, limits, r, kind, grids, sample_bytes, load_bytes)?;
     Ok(Admitted {
         job: StreamJob {
             dataset: ds.clone(),
@@ -309,7 +312,7 @@ fn map_stream_job(
             prefetch: p.prefetch,
             metrics: None,
             shutdown: None,
-            budget: Some((memory.clone(), sample_bytes.max(1), p.reserved)),
+            budget: Some((memory.clone(), load_bytes, p.reserved)),
             on_corrupt,
             stall_timeout: Some(limits.stall_timeout()),
             layers,
@@ -394,7 +397,7 @@ pub fn stream_job(
         prefetch,
         reserved,
         stream_bytes,
-    } = plan_stream(&ds, limits, r, kind, grids, sample_bytes)?;
+    } = plan_stream(&ds, limits, r, kind, grids, sample_bytes, sample_bytes)?;
     let normalize = r.normalize.then(|| {
         bands
             .iter()

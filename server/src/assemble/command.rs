@@ -34,6 +34,10 @@ pub struct WarpOutput {
     pub reads: Vec<(String, Vec<SourceRead>)>,
 }
 
+/// Largest f64 working copy of the output (pixels × assets × 8 bytes; multi-band assets
+/// are checked again by the sources).
+const MAX_OUTPUT_WORKING_BYTES: u64 = 2 << 30;
+
 /// Cache for one command: enough for a few thousand 512² uint16 tiles.
 const COMMAND_CACHE_BYTES: u64 = 1 << 30;
 
@@ -69,6 +73,16 @@ pub async fn warp(req: &WarpRequest, store: &StoreOptions) -> Result<WarpOutput>
     })?;
     let crs = Crs::parse(&req.crs)?;
     let footprint = Footprint::new(crs, req.bounds, req.resolution)?;
+    let pixels = footprint.width().saturating_mul(footprint.height());
+    if pixels.saturating_mul(req.assets.len() as u64).saturating_mul(8) > MAX_OUTPUT_WORKING_BYTES {
+        return Err(Error::LimitExceeded(format!(
+            "{}x{} pixels x {} assets is over the {} MiB a warp may work on",
+            footprint.width(),
+            footprint.height(),
+            req.assets.len(),
+            MAX_OUTPUT_WORKING_BYTES >> 20
+        )));
+    }
     let all = items::load_items(&req.items, &HrefRewrite::default(), store).await?;
     let chosen: Vec<&Item> = req
         .ids
@@ -122,11 +136,21 @@ pub async fn warp(req: &WarpRequest, store: &StoreOptions) -> Result<WarpOutput>
     let mut data = Vec::new();
     let mut bands = 0;
     let mut reads = Vec::new();
+    let mut touched = false;
     for (key, sources) in &per_asset {
         let (m, r) = super::mosaic(&cache, sources, sources[0].bands, &footprint, resampling).await?;
+        touched |= r.iter().any(|x| x.window.is_some());
         bands += m.bands;
         data.extend_from_slice(&m.to_bytes(dtype, req.nodata, resampling != Resampling::Nearest));
         reads.push((key.clone(), r));
+    }
+    if !touched {
+        return Err(Error::InvalidArgument(format!(
+            "footprint {:?} in {} lies outside every item ({})",
+            req.bounds,
+            req.crs,
+            req.ids.join(", ")
+        )));
     }
     Ok(WarpOutput {
         dtype,

@@ -22,6 +22,10 @@ use crate::warp::{Mosaic, Resampling, Warped, is_nodata, samples_to_f64, warp_so
 
 pub use source::AssetSource;
 
+/// Largest source window one warp decodes, in bytes of its f64 working copy: a footprint
+/// far coarser than a file without overviews would otherwise read the whole file.
+pub const MAX_SOURCE_WINDOW_BYTES: u64 = 1 << 30;
+
 /// What one source read for a footprint: which level, which window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceRead {
@@ -61,6 +65,23 @@ pub async fn warp_one(
     let Some(window) = window else {
         return Ok((None, read));
     };
+    let working = window
+        .width
+        .saturating_mul(window.height)
+        .saturating_mul(src.bands as u64)
+        .saturating_mul(8);
+    if working > MAX_SOURCE_WINDOW_BYTES {
+        return Err(Error::LimitExceeded(format!(
+            "item {}, asset {}: the footprint needs a {}x{} source window at level {level} ({} MiB to warp, at most {}): the file has no overview near {} CRS units",
+            src.item,
+            src.asset,
+            window.width,
+            window.height,
+            working >> 20,
+            MAX_SOURCE_WINDOW_BYTES >> 20,
+            footprint.resolution
+        )));
+    }
     let spec = WindowSpec {
         scene: 0,
         col: window.col,
