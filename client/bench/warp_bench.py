@@ -25,11 +25,15 @@ A  warped samples per CPU-second, one thread, in process, same footprints, kerne
      upsample-bilinear                    B11 (20 m) onto EPSG:32632 at 10 m
      downsample-average                   B04 (10 m) onto EPSG:32632 at 20 m
      mosaic-bilinear                      B04 of both tiles (priority 33TUM, 32TQS) onto EPSG:32633, across the seam
-B  CPU (daemon + client) per delivered GB: a STAC dataset with one native-CRS nearest layer (B04, 10 m)
-   against a scene dataset of the same two B04 files (pixel space), cogfeed-client bench --sampler
-   random --patch-size 128 --batch-size 16, warm cache (one untimed bench first). Target stac/scenes <= 1.1.
-C  cogfeed_store_bytes_total of k = 4 concurrent identical jobs (different job names) against one job,
-   each on a fresh daemon, over the STAC dataset. Target <= 1.05.
+B  CPU (daemon + client, from /proc) per delivered GB: a STAC dataset with one native-CRS nearest layer
+   (B04, 10 m) against a scene dataset of the same B04 files (pixel space), one daemon, cogfeed-client
+   bench --sampler random --patch-size 128 --batch-size 16 --duration D, warm cache (one untimed bench of
+   each first), datasets alternating. Two pairs: both tiles (the STAC samples near the seam mosaic the
+   neighbour Item, reprojected across the zone boundary) and the 32TQS tile alone (items_32.json: the
+   per-sample path without a mosaic). Target stac/scenes <= 1.1.
+C  cogfeed_store_bytes_total of k = 4 concurrent jobs (different job names) against one job, each on a
+   fresh daemon, over the STAC dataset, --batches batches per job: the same request, and different
+   seeds. Target <= 1.05.
 Figures are medians of --runs runs.
 """
 
@@ -63,6 +67,23 @@ EXACT = ('nearest', 'mode')
 
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
+
+
+def wait_idle(limit=900):
+    """Waits (up to `limit` s) until no cargo or rustc runs on the machine: a build on one of two cores
+    would distort any CPU or throughput figure."""
+    t0, said = time.time(), False
+    while time.time() - t0 < limit:
+        busy = any(subprocess.run(['pgrep', '-x', n], capture_output=True).returncode == 0 for n in ('cargo', 'rustc'))
+        if not busy:
+            if said:
+                log('... idle after %.0f s' % (time.time() - t0))
+            return
+        if not said:
+            log('waiting for cargo/rustc to finish ...')
+            said = True
+        time.sleep(3)
+    log('warning: cargo/rustc still running after %d s; measuring anyway' % limit)
 
 
 def target_dir():
@@ -118,8 +139,9 @@ def make_cases(items, n, seed):
     # Land cover around its centre (12.0 E, 46.505 N) in EPSG:32632.
     cx, cy, _ = transformer(4326, 32632).TransformPoint(12.0, 46.505)
     for _ in range(n):
-        case('mode', [LC], 'classes', 32632, cx - 1900 + rnd.random() * 3200, cy - 1300 + rnd.random() * 3200, 10,
-             'mode', 255)
+        half, spread = FP * 5, max(200, 3200 - FP * 10)
+        case('mode', [LC], 'classes', 32632, cx - half + (rnd.random() - 0.5) * spread,
+             cy + half + (rnd.random() - 0.5) * spread, 10, 'mode', 255)
     # The 32632 tile seen from zone 33: footprints whose four corners fall in its valid part.
     t33to32 = transformer(32633, 32632)
     t32to33 = transformer(32632, 32633)
@@ -127,9 +149,10 @@ def make_cases(items, n, seed):
         k = 0
         while k < n:
             px, py = in32(10)
-            x, y, _ = t32to33.TransformPoint(px + 320, py - 320)
-            x, y = x - 320, y + 320
-            if all(inside_tile(t33to32, T32, x + dx, y - dy, 60) for dx in (0, 640) for dy in (0, 640)):
+            half = FP * 5
+            x, y, _ = t32to33.TransformPoint(px + half, py - half)
+            x, y = x - half, y + half
+            if all(inside_tile(t33to32, T32, x + dx, y - dy, 60) for dx in (0, 2 * half) for dy in (0, 2 * half)):
                 case('reproject-' + kernel, [T32], 'B04', 32633, x, y, 10, kernel)
                 k += 1
     for _ in range(n):
@@ -142,7 +165,7 @@ def make_cases(items, n, seed):
     ux, uy = TILES[T33]
     for _ in range(n):
         x = ux - 200 + rnd.random() * 900
-        y = uy - 300 - rnd.random() * (TILE_M - 640 - 600)
+        y = uy - 300 - rnd.random() * (TILE_M - FP * 10 - 600)
         case('mosaic-bilinear', [T33, T32], 'B04', 32633, x, y, 10, 'bilinear')
     return cases
 
@@ -205,7 +228,7 @@ class GdalBench:
 
 def rust_bench(cases_path, min_secs, out=None):
     env = dict(os.environ, RAYON_NUM_THREADS='1')
-    cmd = [binary('examples', 'warp_bench'), cases_path, '--min-secs', str(min_secs)]
+    cmd = [binary('examples', 'warp_bench'), cases_path, '--min-secs', str(min_secs), '--concurrency', '1,16']
     if out:
         cmd += ['--out', out]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -253,33 +276,42 @@ def part_a(args, items):
     gb = GdalBench(items)
     gdal_runs, rust_runs, gdal_out, check = [], [], None, None
     for run in range(args.runs):
+        wait_idle()
         g, outs = gb.run(cases, args.min_secs)
         gdal_runs.append(g)
         gdal_out = gdal_out or outs
         blob = os.path.join(args.work, 'warp_out.bin') if run == 0 else None
+        wait_idle()
         r = rust_bench(cases_path, args.min_secs, blob)
-        rust_runs.append(r['per_group'])
+        rust_runs.append(r['per_concurrency'])
         if run == 0:
             check = compare(cases, gdal_out, r, blob)
-        log('A run %d: %s' % (run + 1, ', '.join('%s %.2fx' % (k, r['per_group'][k]['samples_per_cpu_s'] /
-                                                                 g[k]['samples_per_cpu_s']) for k in g)))
+        log('A run %d (cogfeed serial / GDAL): %s' % (run + 1, ', '.join(
+            '%s %.2fx' % (k, r['per_concurrency']['1'][k]['samples_per_cpu_s'] / g[k]['samples_per_cpu_s'])
+            for k in g)))
     rows = {}
     for grp in gdal_runs[0]:
         gs = statistics.median(x[grp]['samples_per_cpu_s'] for x in gdal_runs)
-        rs = statistics.median(x[grp]['samples_per_cpu_s'] for x in rust_runs)
-        rows[grp] = dict(gdal_msamples_per_cpu_s=gs / 1e6, cogfeed_msamples_per_cpu_s=rs / 1e6,
-                         ratio=rs / gs, ratios=[r[grp]['samples_per_cpu_s'] / g[grp]['samples_per_cpu_s']
-                                                for g, r in zip(gdal_runs, rust_runs)],
+        r1 = statistics.median(x['1'][grp]['samples_per_cpu_s'] for x in rust_runs)
+        r16 = statistics.median(x['16'][grp]['samples_per_cpu_s'] for x in rust_runs)
+        rows[grp] = dict(gdal_msamples_per_cpu_s=gs / 1e6, cogfeed_msamples_per_cpu_s=r1 / 1e6,
+                         cogfeed16_msamples_per_cpu_s=r16 / 1e6, ratio=r1 / gs, ratio16=r16 / gs,
+                         ratios=[r['1'][grp]['samples_per_cpu_s'] / g[grp]['samples_per_cpu_s']
+                                 for g, r in zip(gdal_runs, rust_runs)],
                          agree='%d/%d' % (check[grp]['ok'], check[grp]['cases']),
                          worst_frac=check[grp]['worst_frac'], worst_max_abs=check[grp]['worst_max_abs'])
-    print('\nA. Warped samples per CPU-second, one thread (64x64 px footprints, %d per group; median of %d)'
-          % (args.cases, args.runs))
-    print('| case | GDAL 3.6 Msamples/s/core | cogfeed Msamples/s/core | cogfeed / GDAL | target | outputs agree |')
-    print('|---|---:|---:|---:|---|---|')
+    print('\nA. Warped samples per CPU-second, one thread (%dx%d px footprints, %d per group; median of %d)'
+          % (FP, FP, args.cases, args.runs))
+    print('cogfeed serial: one footprint at a time, as GDAL; cogfeed x16: 16 footprints in flight (a batch), '
+          'still one rayon worker')
+    print('| case | GDAL 3.6 Msamples/s/core | cogfeed serial | cogfeed x16 | serial / GDAL | x16 / GDAL '
+          '| target >= 2x | outputs agree with GDAL |')
+    print('|---|---:|---:|---:|---:|---:|---|---|')
     for grp, r in rows.items():
-        print('| %s | %.2f | %.2f | %.2fx | >= 2x %s | %s (worst: %.2f%% within tol, max |d| %g) |'
-              % (grp, r['gdal_msamples_per_cpu_s'], r['cogfeed_msamples_per_cpu_s'], r['ratio'],
-                 'PASS' if r['ratio'] >= 2 else 'MISS', r['agree'], 100 * r['worst_frac'], r['worst_max_abs']))
+        print('| %s | %.2f | %.2f | %.2f | %.2fx | %.2fx | %s | %s (worst case: %.2f%% within tolerance, max |d| %g) |'
+              % (grp, r['gdal_msamples_per_cpu_s'], r['cogfeed_msamples_per_cpu_s'], r['cogfeed16_msamples_per_cpu_s'],
+                 r['ratio'], r['ratio16'], 'PASS' if r['ratio'] >= 2 else 'MISS', r['agree'], 100 * r['worst_frac'],
+                 r['worst_max_abs']))
     return rows
 
 
@@ -301,12 +333,21 @@ class Daemon:
         self.port, self.mport = free_port(), free_port()
         cfg = os.path.join(work, 'daemon_%d.toml' % self.port)
         scenes = [os.path.join(tiff, '%s_B04.tif' % t) for t in (T32, T33)]
+        # The same, one tile only (no seam, so no cross-zone mosaic): items_32.json holds the 32TQS Item.
+        with open(items) as f:
+            doc = json.load(f)
+        doc['features'] = [ft for ft in doc['features'] if ft['id'] == T32]
+        items1 = os.path.join(os.path.dirname(items), 'items_32.json')
+        with open(items1, 'w') as f:
+            json.dump(doc, f)
+        layer = ('[[datasets.layers]]\nname = "b04"\nassets = ["B04"]\nresolution = 10.0\n'
+                 'resampling = "nearest"\n\n')
         with open(cfg, 'w') as f:
-            f.write('[cache]\ncapacity_bytes = 1073741824\n\n'
-                    '[[datasets]]\nname = "scenes"\nscenes = %s\n\n'
-                    '[[datasets]]\nname = "stac"\nstac = %s\ncrs = "native"\n'
-                    '[[datasets.layers]]\nname = "b04"\nassets = ["B04"]\nresolution = 10.0\nresampling = "nearest"\n'
-                    % (json.dumps(scenes), json.dumps(items)))
+            f.write('[cache]\ncapacity_bytes = 1073741824\n\n[limits]\nrequests_per_second = 100000\n\n')
+            f.write('[[datasets]]\nname = "scenes"\nscenes = %s\n\n' % json.dumps(scenes))
+            f.write('[[datasets]]\nname = "stac"\nstac = %s\ncrs = "native"\n%s' % (json.dumps(items), layer))
+            f.write('[[datasets]]\nname = "scenes1"\nscenes = %s\n\n' % json.dumps(scenes[:1]))
+            f.write('[[datasets]]\nname = "stac1"\nstac = %s\ncrs = "native"\n%s' % (json.dumps(items1), layer))
         self.log = open(os.path.join(work, 'daemon_%d.log' % self.port), 'w')
         self.p = subprocess.Popen([binary('cogfeed'), 'serve', '--config', cfg, '--log-format', 'json',
                                    '--listen', '127.0.0.1:%d' % self.port,
@@ -333,13 +374,13 @@ class Daemon:
                 total += float(line.rsplit(' ', 1)[1])
         return total
 
-    def bench(self, dataset, duration, job='cli', extra=()):
+    def bench(self, dataset, duration, job='cli', samples_per_epoch=10000000, extra=()):
         cmd = [binary('cogfeed-client'), '--server', '127.0.0.1:%d' % self.port, 'bench', '--dataset', dataset,
                '--sampler', 'random', '--patch-size', '128', '--batch-size', '16', '--duration', str(duration),
-               '--job', job] + list(extra)
+               '--job', job, '--samples-per-epoch', str(samples_per_epoch)] + list(extra)
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
-            sys.exit('cogfeed-client failed: %s' % r.stderr.strip()[-2000:])
+            raise RuntimeError('cogfeed-client failed: %s' % r.stderr.strip()[-2000:])
         return json.loads(r.stdout.strip().splitlines()[-1])
 
     def stop(self):
@@ -352,14 +393,21 @@ class Daemon:
         self.log.close()
 
 
+NAMES = {'scenes': 'scenes: both B04 files (pixel space)', 'stac': 'STAC: both Items, native CRS, nearest',
+         'scenes1': 'scenes: the 32TQS B04 file only', 'stac1': 'STAC: the 32TQS Item only, native CRS, nearest'}
+PAIRS = (('stac', 'scenes'), ('stac1', 'scenes1'))
+
+
 def part_b(args, items, tiff):
     d = Daemon(args.work, items, tiff)
-    runs = {'scenes': [], 'stac': []}
+    order = ['scenes', 'stac', 'scenes1', 'stac1']
+    runs = {ds: [] for ds in order}
     try:
-        for ds in runs:   # warm the cache and both paths
+        for ds in order:   # warm the cache and every path
             d.bench(ds, 2)
         for run in range(args.runs):
-            for ds in ('scenes', 'stac') if run % 2 == 0 else ('stac', 'scenes'):
+            for ds in order if run % 2 == 0 else order[::-1]:
+                wait_idle()
                 c0 = d.cpu()
                 r = d.bench(ds, args.duration)
                 daemon_cpu = d.cpu() - c0
@@ -368,67 +416,82 @@ def part_b(args, items, tiff):
                 runs[ds].append(dict(mb_per_s=r['mb_per_s'], bytes=r['bytes'], daemon_cpu_s=daemon_cpu,
                                      client_cpu_s=client_cpu, cpu_s_per_gb=(daemon_cpu + client_cpu) / gb,
                                      daemon_cpu_s_per_gb=daemon_cpu / gb))
-                log('B run %d %s: %.0f MB/s, %.1f CPU-s/GB (daemon %.1f)' % (
+                log('B run %d %s: %.0f MB/s, %.2f CPU-s/GB (daemon %.2f)' % (
                     run + 1, ds, r['mb_per_s'], runs[ds][-1]['cpu_s_per_gb'], runs[ds][-1]['daemon_cpu_s_per_gb']))
     finally:
         d.stop()
     med = {ds: {k: statistics.median(x[k] for x in v) for k in ('mb_per_s', 'cpu_s_per_gb', 'daemon_cpu_s_per_gb')}
            for ds, v in runs.items()}
-    ratio = med['stac']['cpu_s_per_gb'] / med['scenes']['cpu_s_per_gb']
-    print('\nB. CPU per delivered GB, B04 uint16, random 128 px patches, batch 16, warm cache, %g s (median of %d)'
+    ratios = {a: med[a]['cpu_s_per_gb'] / med[b]['cpu_s_per_gb'] for a, b in PAIRS}
+    print('\nB. CPU per delivered GB, B04 uint16, random 128 px patches, batch 16, warm cache, %g s each (median of %d)'
           % (args.duration, args.runs))
     print('| dataset | MB/s | CPU-s/GB (daemon + client) | daemon CPU-s/GB |')
     print('|---|---:|---:|---:|')
-    for ds in ('scenes', 'stac'):
-        print('| %s | %.0f | %.2f | %.2f |' % (
-            {'scenes': 'scenes (pixel space)', 'stac': 'STAC, native CRS, nearest'}[ds],
-            med[ds]['mb_per_s'], med[ds]['cpu_s_per_gb'], med[ds]['daemon_cpu_s_per_gb']))
-    print('stac / scenes CPU per byte: %.2fx (target <= 1.1: %s); per run: %s' % (
-        ratio, 'PASS' if ratio <= 1.1 else 'MISS',
-        ', '.join('%.2f' % (a['cpu_s_per_gb'] / b['cpu_s_per_gb']) for a, b in zip(runs['stac'], runs['scenes']))))
-    return dict(runs=runs, median=med, ratio=ratio)
+    for ds in order:
+        print('| %s | %.0f | %.2f | %.2f |' % (NAMES[ds], med[ds]['mb_per_s'], med[ds]['cpu_s_per_gb'],
+                                              med[ds]['daemon_cpu_s_per_gb']))
+    for a, b in PAIRS:
+        print('%s / %s CPU per byte: %.2fx (target <= 1.1: %s); per run: %s' % (
+            a, b, ratios[a], 'PASS' if ratios[a] <= 1.1 else 'MISS',
+            ', '.join('%.2f' % (x['cpu_s_per_gb'] / y['cpu_s_per_gb']) for x, y in zip(runs[a], runs[b]))))
+    return dict(runs=runs, median=med, ratios=ratios)
 
 
 def part_c(args, items, tiff):
-    extra = ['--max-batches', str(args.batches), '--seed', '7']
-    res = []
+    variants = (('same', 'the same request (seed 7), different job names'),
+                ('seeds', 'different seeds (job i: seed i), different job names'))
+    res = {v: [] for v, _ in variants}
     for run in range(args.runs):
-        row = {}
-        for k in (1, 4):
-            d = Daemon(args.work, items, tiff)
-            try:
-                s0 = d.metric('cogfeed_store_bytes_total')
-                outs = [None] * k
+        for v, _ in variants:
+            row = {}
+            for k in (1, 4):
+                wait_idle()
+                d = Daemon(args.work, items, tiff)
+                try:
+                    s0 = d.metric('cogfeed_store_bytes_total')
+                    outs = [None] * k
 
-                def go(i):
-                    outs[i] = d.bench('stac', 600, job='job%d' % i, extra=extra)
-                th = [threading.Thread(target=go, args=(i,)) for i in range(k)]
-                for t in th:
-                    t.start()
-                for t in th:
-                    t.join()
-                row[k] = dict(store_bytes=d.metric('cogfeed_store_bytes_total') - s0,
-                              delivered=sum(o['bytes'] for o in outs if o))
-            finally:
-                d.stop()
-        row['ratio'] = row[4]['store_bytes'] / row[1]['store_bytes']
-        log('C run %d: 1 job %d store bytes, 4 jobs %d: %.3fx' % (run + 1, row[1]['store_bytes'],
-                                                                   row[4]['store_bytes'], row['ratio']))
-        res.append(row)
-    m1 = statistics.median(r[1]['store_bytes'] for r in res)
-    m4 = statistics.median(r[4]['store_bytes'] for r in res)
-    ratio = statistics.median(r['ratio'] for r in res)
-    print('\nC. Store bytes, STAC dataset (b04 native nearest), %d batches of 16 x 128 px per job, same seed, '
-          'fresh daemon each (median of %d)' % (args.batches, args.runs))
-    print('| jobs | store bytes | delivered bytes |')
-    print('|---|---:|---:|')
-    print('| 1 | %d | %d |' % (m1, res[0][1]['delivered']))
-    print('| 4 concurrent | %d | %d |' % (m4, res[0][4]['delivered']))
-    print('k=4 / k=1 store bytes: %.3fx (target <= 1.05: %s)' % (ratio, 'PASS' if ratio <= 1.05 else 'MISS'))
-    return dict(runs=res, ratio=ratio)
+                    def go(i):
+                        seed = 7 if v == 'same' else i
+                        try:
+                            outs[i] = d.bench('stac', 600, job='job%d' % i, samples_per_epoch=16 * args.batches,
+                                              extra=['--max-batches', str(args.batches), '--seed', str(seed)])
+                        except Exception as ex:
+                            outs[i] = ex
+                    th = [threading.Thread(target=go, args=(i,)) for i in range(k)]
+                    for t in th:
+                        t.start()
+                    for t in th:
+                        t.join()
+                    for o in outs:
+                        if isinstance(o, Exception):
+                            raise o
+                    row[k] = dict(store_bytes=d.metric('cogfeed_store_bytes_total') - s0,
+                                  delivered=sum(o['bytes'] for o in outs))
+                finally:
+                    d.stop()
+            row['ratio'] = row[4]['store_bytes'] / row[1]['store_bytes']
+            log('C run %d %s: 1 job %d store bytes, 4 jobs %d: %.3fx' % (
+                run + 1, v, row[1]['store_bytes'], row[4]['store_bytes'], row['ratio']))
+            res[v].append(row)
+    print('\nC. Store bytes (cogfeed_store_bytes_total after start-up), STAC dataset (b04, native, nearest), '
+          '%d batches of 16 x 128 px per job, fresh daemon per measurement (median of %d)' % (args.batches, args.runs))
+    print('| jobs | store bytes, k = 1 | store bytes, k = 4 | delivered, k = 4 | k=4 / k=1 | target <= 1.05 |')
+    print('|---|---:|---:|---:|---:|---|')
+    out = {}
+    for v, name in variants:
+        rows = res[v]
+        m1 = statistics.median(r[1]['store_bytes'] for r in rows)
+        m4 = statistics.median(r[4]['store_bytes'] for r in rows)
+        ratio = statistics.median(r['ratio'] for r in rows)
+        print('| %s | %d | %d | %d | %.3fx | %s |' % (name, m1, m4, rows[0][4]['delivered'], ratio,
+                                                     'PASS' if ratio <= 1.05 else 'MISS'))
+        out[v] = dict(runs=rows, ratio=ratio)
+    return out
 
 
 def main():
+    global FP
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--parts', default='A,B,C')
     ap.add_argument('--runs', type=int, default=3)
@@ -436,10 +499,12 @@ def main():
     ap.add_argument('--min-secs', type=float, default=1.5, help='timed seconds per group and contender (A)')
     ap.add_argument('--duration', type=float, default=8, help='seconds per client bench (B)')
     ap.add_argument('--batches', type=int, default=40, help='batches per job (C)')
+    ap.add_argument('--size', type=int, default=FP, help='footprint width and height in px (A)')
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--work', default='/tmp/cogfeed-warp-bench')
     ap.add_argument('--json', help='write every figure here')
     args = ap.parse_args()
+    FP = args.size
     os.makedirs(args.work, exist_ok=True)
     items = subprocess.run([binary('examples', 'warp_bench'), '--write-demo', os.path.join(args.work, 'stac')],
                            check=True, capture_output=True, text=True).stdout.strip()

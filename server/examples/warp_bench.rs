@@ -46,6 +46,10 @@ use cogfeed_server::warp::Resampling;
 use serde::Deserialize;
 use serde_json::json;
 
+// The daemon's allocator, so the timed path allocates as `cogfeed serve` does.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Enough for every tile of the demo archive many times over.
 const CACHE_BYTES: u64 = 1 << 30;
 

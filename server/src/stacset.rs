@@ -28,6 +28,8 @@ use crate::warp::Resampling;
 
 /// Largest STAC JSON document read whole.
 const MAX_DOCUMENT_BYTES: u64 = 512 << 20;
+/// Largest stac-geoparquet file read whole (about ten million Items).
+const MAX_PARQUET_BYTES: u64 = 4 << 30;
 /// Item JSON files read at once from a prefix.
 const LIST_CONCURRENCY: usize = 32;
 
@@ -100,19 +102,29 @@ fn doc_error(doc: &str, reason: String) -> Error {
     })
 }
 
-/// Reads every Item of `url`: a document, or a prefix (ending in `/`) of `.json` Items.
+/// Reads every Item of `url`: a JSON document, a stac-geoparquet file, or a prefix (ending
+/// in `/`) of `.json` Items.
 pub async fn read_items(stores: &Stores, url: &str, rewrite: &HrefRewrite) -> Result<Vec<Item>> {
     async fn read_doc(stores: &Stores, url: String, rewrite: &HrefRewrite) -> Result<Vec<Item>> {
         let reader = stores.reader(&url)?;
         let prefix = reader
-            .read_prefix(MAX_DOCUMENT_BYTES)
+            .read_prefix(MAX_PARQUET_BYTES)
             .await
             .map_err(|e| Error::tiff(url.as_str(), e.into()))?;
         if prefix.object_size > prefix.bytes.len() as u64 {
             return Err(doc_error(
                 &url,
+                format!("{} bytes (at most {MAX_PARQUET_BYTES})", prefix.object_size),
+            ));
+        }
+        if crate::stac::is_parquet(&prefix.bytes) {
+            return Ok(crate::stac::parse_geoparquet(&url, prefix.bytes, rewrite)?);
+        }
+        if prefix.object_size > MAX_DOCUMENT_BYTES {
+            return Err(doc_error(
+                &url,
                 format!(
-                    "{} bytes (at most {MAX_DOCUMENT_BYTES} per document)",
+                    "{} bytes of JSON (at most {MAX_DOCUMENT_BYTES}; use stac-geoparquet for large catalogs)",
                     prefix.object_size
                 ),
             ));

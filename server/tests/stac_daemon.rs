@@ -59,7 +59,15 @@ async fn layers_of(addr: &str) -> Vec<LayerSpec> {
     let info = client.describe("demo-stac").await.unwrap();
     info.layers
         .iter()
-        .map(|l| (l.name.clone(), l.assets.clone(), l.resolution, l.resampling.clone(), l.nodata))
+        .map(|l| {
+            (
+                l.name.clone(),
+                l.assets.clone(),
+                l.resolution,
+                l.resampling.clone(),
+                l.nodata,
+            )
+        })
         .collect()
 }
 
@@ -110,7 +118,10 @@ async fn check_against_warp(
                         assert!(e.to_string().contains("no such asset"), "{e}");
                         let fill = (*nodata as u16).to_le_bytes();
                         let es = per / t.shape[1..].iter().product::<usize>();
-                        assert!(got.chunks(es).all(|v| v == &fill[..es]), "layer {name} should be all fill");
+                        assert!(
+                            got.chunks(es).all(|v| v == &fill[..es]),
+                            "layer {name} should be all fill"
+                        );
                     }
                 }
             }
@@ -186,7 +197,11 @@ async fn a_stac_archive_on_s3_serves_the_same_samples_as_local_files() {
             a["href"] = serde_json::Value::from(format!("../{href}"));
         }
         let id = f["id"].as_str().unwrap().to_string();
-        std::fs::write(bucket.join("items").join(format!("{id}.json")), serde_json::to_vec(&f).unwrap()).unwrap();
+        std::fs::write(
+            bucket.join("items").join(format!("{id}.json")),
+            serde_json::to_vec(&f).unwrap(),
+        )
+        .unwrap();
     }
     let (port, _s3) = start_s3(root.path());
     let mut store = StoreOptions {
@@ -210,7 +225,12 @@ async fn a_stac_archive_on_s3_serves_the_same_samples_as_local_files() {
         let got = collect(&d.addr, r.clone()).await;
         assert_eq!(got.len(), expected.len());
         for (a, b) in got.iter().zip(&expected) {
-            assert_eq!(digest(a), digest(b), "{stac}: batch {} differs from local files", a.index);
+            assert_eq!(
+                digest(a),
+                digest(b),
+                "{stac}: batch {} differs from local files",
+                a.index
+            );
         }
         if stac.ends_with(".json") {
             let layers = layers_of(&d.addr).await;

@@ -286,8 +286,8 @@ fn map_stream_job(
     let (mut sample_bytes, mut working) = (0u64, 0u64);
     for &l in &layers {
         let (c, h, w) = shapes[l];
-        let pixels = (h as u64).checked_mul(w as u64).unwrap_or(u64::MAX);
-        let values = pixels.checked_mul(c as u64).unwrap_or(u64::MAX);
+        let pixels = (h as u64).saturating_mul(w as u64);
+        let values = pixels.saturating_mul(c as u64);
         sample_bytes = sample_bytes.saturating_add(values.saturating_mul(map.layers[l].dtype.size() as u64));
         working = working.saturating_add(values.saturating_mul(8).saturating_add(pixels));
     }

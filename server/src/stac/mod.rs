@@ -3,17 +3,20 @@
 //! [`item`] turns one STAC Item (JSON) into an [`Item`] with per-asset grids (projection
 //! extension), band types and nodata (raster extension); [`document`] reads the documents
 //! Items come in (ItemCollection, a single Item, a JSON array, newline-delimited Items),
-//! resolves relative hrefs against the document and applies `href_rewrite`. No network and
+//! resolves relative hrefs against the document and applies `href_rewrite`; [`geoparquet`]
+//! reads stac-geoparquet files. No network and
 //! no file access happen here: the caller fetches the bytes.
 
 pub mod describe;
 pub mod document;
 pub mod filter;
+pub mod geoparquet;
 pub mod item;
 
 pub use describe::{describe, describe_text};
 pub use document::{HrefRewrite, parse_document, resolve_href};
 pub use filter::ItemFilter;
+pub use geoparquet::{is_parquet, parse_geoparquet};
 pub use item::{Asset, BandInfo, Item};
 
 /// A STAC document or Item that cogfeed cannot use.
