@@ -530,6 +530,10 @@ pub struct DatasetConfig {
     /// STAC datasets: the named output layers; the first is the reference layer.
     #[serde(default)]
     pub layers: Vec<LayerConfig>,
+    /// STAC datasets: an area of interest `[minlon, minlat, maxlon, maxlat]` (EPSG:4326);
+    /// samples are drawn only where an Item's reference grid meets it.
+    #[serde(default)]
+    pub aoi: Option<[f64; 4]>,
 }
 
 /// `[[datasets.layers]]`: one named output of a STAC dataset.
@@ -565,6 +569,7 @@ impl DatasetConfig {
                 ("filter", self.filter.is_some()),
                 ("priority", self.priority.is_some()),
                 ("mosaic", self.mosaic.is_some()),
+                ("aoi", self.aoi.is_some()),
             ];
             if let Some((k, _)) = stray.iter().find(|(_, set)| *set) {
                 return bad(format!("{k} applies to stac datasets only"));
@@ -612,6 +617,11 @@ impl DatasetConfig {
         {
             crate::grid::Crs::parse(c)
                 .map_err(|e| Error::InvalidArgument(format!("dataset {}: crs: {e}", self.name)))?;
+        }
+        if let Some(a) = self.aoi
+            && !(a.iter().all(|v| v.is_finite()) && a[0] < a[2] && a[1] < a[3] && a[1] >= -90.0 && a[3] <= 90.0)
+        {
+            return bad(format!("aoi {a:?}: expected [minlon, minlat, maxlon, maxlat]"));
         }
         if let Some(m) = &self.mosaic
             && m != "same_day"

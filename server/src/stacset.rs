@@ -333,6 +333,28 @@ impl MapSpace {
         for s in &refs {
             grids.push(ref_grid(s, res, fixed.as_ref()).map_err(|m| bad(format!("item {}: {m}", s.item)))?);
         }
+        // An area of interest keeps the part of each grid that meets it, whole pixels.
+        let (mut drawn, mut refs) = (drawn, refs);
+        if let Some(aoi) = c.aoi {
+            let mut keep = Vec::with_capacity(grids.len());
+            for g in &grids {
+                keep.push(clip_to_aoi(g, aoi));
+            }
+            let mut i = 0;
+            drawn.retain(|_| {
+                i += 1;
+                keep[i - 1].is_some()
+            });
+            let mut i = 0;
+            refs.retain(|_| {
+                i += 1;
+                keep[i - 1].is_some()
+            });
+            grids = keep.into_iter().flatten().collect();
+            if grids.is_empty() {
+                return Err(bad(format!("no item's reference grid meets the aoi {aoi:?}")));
+            }
+        }
         let wgs = Crs::from_epsg(4326)?;
         let bboxes = items
             .iter()
@@ -585,6 +607,36 @@ fn aligned_window(src: &AssetSource, fp: &Footprint, layer: &LayerSpec) -> Optio
         height: u32::try_from(fp.height()).ok()?,
         level: 0,
         padded: false,
+    })
+}
+
+/// The part of `g` inside `aoi` (EPSG:4326), snapped outwards to whole pixels (its origin
+/// to the tile grid); None when they do not meet.
+fn clip_to_aoi(g: &RefGrid, aoi: [f64; 4]) -> Option<RefGrid> {
+    let wgs = Crs::from_epsg(4326).ok()?;
+    let t = Affine::north_up(aoi[0], aoi[3], 1.0);
+    let (mut xs, mut ys) = edge_points(&t, aoi[2] - aoi[0], aoi[3] - aoi[1]);
+    Transformer::new(&wgs, &g.crs).transform(&mut xs, &mut ys);
+    let b = bbox_of(&xs, &ys)?;
+    let inv = g.transform.inverse().ok()?;
+    let (c0, r0) = inv.apply(b[0], b[3]);
+    let (c1, r1) = inv.apply(b[2], b[1]);
+    // Snapped to the tile grid, so aligned windows still read one tile each.
+    let (bw, bh) = (g.block.0.max(1) as f64, g.block.1.max(1) as f64);
+    let col0 = ((c0 / bw).floor() * bw).max(0.0);
+    let row0 = ((r0 / bh).floor() * bh).max(0.0);
+    let col1 = c1.ceil().min(g.width as f64);
+    let row1 = r1.ceil().min(g.height as f64);
+    if !(col1 > col0 && row1 > row0) {
+        return None;
+    }
+    let (x0, y0) = g.transform.apply(col0, row0);
+    Some(RefGrid {
+        crs: g.crs.clone(),
+        transform: Affine::north_up(x0, y0, g.transform.a),
+        width: (col1 - col0) as u64,
+        height: (row1 - row0) as u64,
+        block: g.block,
     })
 }
 

@@ -179,6 +179,37 @@ async fn a_fixed_crs_reprojects_every_item_into_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_area_of_interest_limits_where_samples_are_drawn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = stac_config(tmp.path());
+    // West of 11.97°E: only the zone-32 tile, and only part of it.
+    let aoi = [11.9, 46.45, 11.97, 46.55];
+    config.datasets[0].aoi = Some(aoi);
+    let d = start(config).await;
+    let mut client = Client::connect(&d.addr).await.unwrap();
+    let info = client.describe("demo-stac").await.unwrap();
+    assert_eq!(info.scenes.len(), 1, "the zone-33 tile does not meet the aoi");
+    assert!(info.scenes[0].levels[0].width < 512);
+    let mut r = request(pb::Sampler::Grid, 32, 8);
+    r.layers = vec!["image".into()];
+    let batches = collect(&d.addr, r).await;
+    let wgs = cogfeed_server::grid::Crs::from_epsg(4326).unwrap();
+    let utm = cogfeed_server::grid::Crs::from_epsg(32632).unwrap();
+    let to_lonlat = cogfeed_server::grid::Transformer::new(&utm, &wgs);
+    for m in batches.iter().flat_map(|b| &b.samples) {
+        assert_eq!(m.crs, "EPSG:32632");
+        // Every footprint meets the aoi (the grid is snapped outwards to whole tiles).
+        let (lon0, lat0) = to_lonlat.point(m.bounds[0], m.bounds[1]).unwrap();
+        let (lon1, lat1) = to_lonlat.point(m.bounds[2], m.bounds[3]).unwrap();
+        assert!(lon0 < aoi[2] + 0.04 && lon1 > aoi[0] - 0.04 && lat0 < aoi[3] + 0.04 && lat1 > aoi[1] - 0.04);
+    }
+    let mut bad = stac_config(tmp.path());
+    bad.datasets[0].aoi = Some([0.0, 0.0, 1.0, 1.0]);
+    let e = cogfeed_server::app::App::build(bad).await.err().unwrap().to_string();
+    assert!(e.contains("aoi"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stac_archive_on_s3_serves_the_same_samples_as_local_files() {
     let root = tempfile::tempdir().unwrap();
     let local = tempfile::tempdir().unwrap();
