@@ -86,6 +86,39 @@ def wait_idle(limit=900):
     log('warning: cargo/rustc still running after %d s; measuring anyway' % limit)
 
 
+class BuildWatch:
+    """Polls for cargo/rustc while a measurement runs: `with BuildWatch() as w: ...; w.seen`."""
+
+    def __enter__(self):
+        self.seen, self._stop = False, threading.Event()
+
+        def poll():
+            while not self._stop.wait(0.5):
+                if any(subprocess.run(['pgrep', '-x', n], capture_output=True).returncode == 0
+                       for n in ('cargo', 'rustc')):
+                    self.seen = True
+        self._t = threading.Thread(target=poll, daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+
+def measured(fn, what, tries=5):
+    """fn() with no build running before or during it (retried up to `tries` times)."""
+    for _ in range(tries):
+        wait_idle()
+        with BuildWatch() as w:
+            out = fn()
+        if not w.seen:
+            return out
+        log('%s: a build ran meanwhile; measuring again' % what)
+    log('warning: %s: a build ran during every try; keeping the last' % what)
+    return out
+
+
 def target_dir():
     return os.environ.get('CARGO_TARGET_DIR') or os.path.join(ROOT, 'target')
 
@@ -276,13 +309,11 @@ def part_a(args, items):
     gb = GdalBench(items)
     gdal_runs, rust_runs, gdal_out, check = [], [], None, None
     for run in range(args.runs):
-        wait_idle()
-        g, outs = gb.run(cases, args.min_secs)
+        g, outs = measured(lambda: gb.run(cases, args.min_secs), 'A GDAL run %d' % (run + 1))
         gdal_runs.append(g)
         gdal_out = gdal_out or outs
         blob = os.path.join(args.work, 'warp_out.bin') if run == 0 else None
-        wait_idle()
-        r = rust_bench(cases_path, args.min_secs, blob)
+        r = measured(lambda: rust_bench(cases_path, args.min_secs, blob), 'A cogfeed run %d' % (run + 1))
         rust_runs.append(r['per_concurrency'])
         if run == 0:
             check = compare(cases, gdal_out, r, blob)
@@ -407,10 +438,11 @@ def part_b(args, items, tiff):
             d.bench(ds, 2)
         for run in range(args.runs):
             for ds in order if run % 2 == 0 else order[::-1]:
-                wait_idle()
-                c0 = d.cpu()
-                r = d.bench(ds, args.duration)
-                daemon_cpu = d.cpu() - c0
+                def one():
+                    c0 = d.cpu()
+                    r = d.bench(ds, args.duration)
+                    return r, d.cpu() - c0
+                r, daemon_cpu = measured(one, 'B run %d %s' % (run + 1, ds))
                 gb = r['bytes'] / 1e9
                 client_cpu = r['client_cpu_s_per_gb'] * gb
                 runs[ds].append(dict(mb_per_s=r['mb_per_s'], bytes=r['bytes'], daemon_cpu_s=daemon_cpu,
