@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::inproc::{Daemon, demo_dir, start};
+use common::inproc::{Daemon, collect, demo_dir, start};
 use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
@@ -32,12 +32,6 @@ fn request(sampler: pb::Sampler, batch: u32) -> pb::StreamBatchesRequest {
         world_size: 1,
         ..Default::default()
     }
-}
-
-async fn collect(addr: &str, r: pb::StreamBatchesRequest) -> Vec<Batch> {
-    let mut client = Client::connect(addr).await.unwrap();
-    let stream = client.stream(r).await.unwrap();
-    stream.map(|b| b.unwrap()).collect().await
 }
 
 fn digest(batches: &[Batch]) -> Vec<String> {

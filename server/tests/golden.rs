@@ -20,19 +20,7 @@ fn manifest() -> Vec<Value> {
 }
 
 fn descr(dtype: &str) -> &'static str {
-    match dtype {
-        "uint8" => "|u1",
-        "int8" => "|i1",
-        "uint16" => "<u2",
-        "int16" => "<i2",
-        "uint32" => "<u4",
-        "int32" => "<i4",
-        "uint64" => "<u8",
-        "int64" => "<i8",
-        "float32" => "<f4",
-        "float64" => "<f8",
-        other => panic!("unexpected dtype {other}"),
-    }
+    cogfeed_server::cog::DType::from_name(dtype).unwrap().npy_descr()
 }
 
 /// Largest absolute difference between two arrays of u8 samples (lossy codecs are u8 here).

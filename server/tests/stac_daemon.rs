@@ -12,7 +12,7 @@ use cogfeed_client::{Batch, Client, pb};
 use cogfeed_server::assemble::command::{WarpRequest, warp};
 use cogfeed_server::config::Config;
 use cogfeed_server::storage::StoreOptions;
-use common::inproc::start;
+use common::inproc::{collect, start};
 use common::servers::{S3_KEY, S3_SECRET, start_s3};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
@@ -35,12 +35,6 @@ fn request(sampler: pb::Sampler, patch: u32, batch: u32) -> pb::StreamBatchesReq
         world_size: 1,
         ..Default::default()
     }
-}
-
-async fn collect(addr: &str, r: pb::StreamBatchesRequest) -> Vec<Batch> {
-    let mut client = Client::connect(addr).await.unwrap();
-    let stream = client.stream(r).await.unwrap();
-    stream.map(|b| b.unwrap()).collect().await
 }
 
 fn digest(b: &Batch) -> String {

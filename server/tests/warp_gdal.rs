@@ -12,7 +12,11 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 
+mod common;
+
 use std::path::{Path, PathBuf};
+
+use common::{Npy, read_npy};
 
 use cogfeed_server::assemble::command::{WarpOutput, WarpRequest, warp};
 use cogfeed_server::storage::StoreOptions;
@@ -54,59 +58,6 @@ fn request(case: &Value) -> WarpRequest {
     }
 }
 
-/// A `.npy` (format 1.x/2.x, C order, little-endian or single-byte) as f64 samples.
-struct Npy {
-    descr: String,
-    shape: Vec<usize>,
-    values: Vec<f64>,
-}
-
-fn header_field<'a>(header: &'a str, key: &str) -> &'a str {
-    let at = header
-        .find(&format!("'{key}'"))
-        .unwrap_or_else(|| panic!("no {key} in {header}"));
-    header[at + key.len() + 2..]
-        .trim_start()
-        .trim_start_matches(':')
-        .trim_start()
-}
-
-fn read_npy(path: &Path) -> Npy {
-    let bytes = std::fs::read(path).unwrap();
-    assert_eq!(&bytes[..6], b"\x93NUMPY", "{}: not a .npy", path.display());
-    let (hlen, start) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        _ => (u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize, 12),
-    };
-    let header = std::str::from_utf8(&bytes[start..start + hlen]).unwrap();
-    let descr = header_field(header, "descr")
-        .trim_start_matches('\'')
-        .split('\'')
-        .next()
-        .unwrap()
-        .to_string();
-    assert!(
-        header_field(header, "fortran_order").starts_with("False"),
-        "{}: Fortran order",
-        path.display()
-    );
-    let shape_text = header_field(header, "shape");
-    let shape: Vec<usize> = shape_text[1..shape_text.find(')').unwrap()]
-        .split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.trim().parse().unwrap())
-        .collect();
-    let data = &bytes[start + hlen..];
-    let values = samples(&descr, data);
-    assert_eq!(
-        values.len(),
-        shape.iter().product::<usize>(),
-        "{}: size",
-        path.display()
-    );
-    Npy { descr, shape, values }
-}
-
 /// Little-endian samples of numpy type `descr` as f64.
 fn samples(descr: &str, data: &[u8]) -> Vec<f64> {
     macro_rules! le {
@@ -131,17 +82,7 @@ fn samples(descr: &str, data: &[u8]) -> Vec<f64> {
 
 /// numpy's type string of a STAC / cogfeed dtype name.
 fn npy_descr(dtype: &str) -> &'static str {
-    match dtype {
-        "uint8" => "|u1",
-        "int8" => "|i1",
-        "uint16" => "<u2",
-        "int16" => "<i2",
-        "uint32" => "<u4",
-        "int32" => "<i4",
-        "float32" => "<f4",
-        "float64" => "<f8",
-        other => panic!("unexpected dtype {other}"),
-    }
+    cogfeed_server::cog::DType::from_name(dtype).unwrap().npy_descr()
 }
 
 /// `check_warp.py`'s verdict for one case: Ok(detail) or Err(detail).
@@ -158,15 +99,16 @@ fn compare(case: &Value, got: &WarpOutput, exp: &Npy) -> Result<String, String> 
         return Err(format!("shape {:?} != expected {:?}", got.shape, exp.shape));
     }
     let vals = samples(npy_descr(dtype), &got.data);
-    if vals.len() != exp.values.len() {
-        return Err(format!("{} samples, {} expected", vals.len(), exp.values.len()));
+    let expected = samples(&exp.descr, &exp.data);
+    if vals.len() != expected.len() {
+        return Err(format!("{} samples, {} expected", vals.len(), expected.len()));
     }
     let nodata = case["nodata"].as_f64().unwrap();
-    let n = exp.values.len();
+    let n = expected.len();
     let (mut equal, mut fill_mismatch, mut max_diff) = (0usize, 0usize, 0f64);
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     let mut first_diff = None;
-    for (i, (&g, &e)) in vals.iter().zip(&exp.values).enumerate() {
+    for (i, (&g, &e)) in vals.iter().zip(&expected).enumerate() {
         if g == e {
             equal += 1;
         } else if first_diff.is_none() {
@@ -223,7 +165,7 @@ fn compare(case: &Value, got: &WarpOutput, exp: &Npy) -> Result<String, String> 
     );
     let within = vals
         .iter()
-        .zip(&exp.values)
+        .zip(&expected)
         .filter(|(g, e)| (*g - *e).abs() <= within_tol)
         .count();
     detail.push_str(&format!(
@@ -238,7 +180,7 @@ fn compare(case: &Value, got: &WarpOutput, exp: &Npy) -> Result<String, String> 
     if max_diff > max_abs {
         let (i, g, e) = vals
             .iter()
-            .zip(&exp.values)
+            .zip(&expected)
             .enumerate()
             .find(|(_, (g, e))| (*g - *e).abs() > max_abs)
             .map(|(i, (g, e))| (i, *g, *e))

@@ -41,3 +41,11 @@ pub async fn start(config: Config) -> Daemon {
     });
     Daemon { addr, app, _stop: tx }
 }
+
+/// Every batch of stream `r` from the daemon at `addr` (panics on an error).
+pub async fn collect(addr: &str, r: cogfeed_client::pb::StreamBatchesRequest) -> Vec<cogfeed_client::Batch> {
+    use futures::StreamExt;
+    let mut client = cogfeed_client::Client::connect(addr).await.unwrap();
+    let stream = client.stream(r).await.unwrap();
+    stream.map(|b| b.unwrap()).collect().await
+}
