@@ -30,6 +30,8 @@ use crate::warp::Resampling;
 const MAX_DOCUMENT_BYTES: u64 = 512 << 20;
 /// Largest stac-geoparquet file read whole (about ten million Items).
 const MAX_PARQUET_BYTES: u64 = 4 << 30;
+/// Opened (Item, asset) sources kept for the next sample.
+const SOURCE_CACHE_ENTRIES: u64 = 65_536;
 /// Item JSON files read at once from a prefix.
 const LIST_CONCURRENCY: usize = 32;
 
@@ -82,6 +84,10 @@ pub struct MapSpace {
     pub items: Vec<Item>,
     /// EPSG:4326 bbox per Item.
     bboxes: Vec<[f64; 4]>,
+    /// The bboxes by 1° cell.
+    index: crate::stac::BboxIndex,
+    /// Opened and checked assets by (Item, asset key).
+    sources: moka::future::Cache<(u32, Arc<str>), AssetSource>,
     /// Scene index (plan) → Item index.
     pub drawn: Vec<usize>,
     /// Scene index → reference grid.
@@ -356,7 +362,7 @@ impl MapSpace {
             }
         }
         let wgs = Crs::from_epsg(4326)?;
-        let bboxes = items
+        let bboxes: Vec<[f64; 4]> = items
             .iter()
             .map(|it| {
                 it.bbox.unwrap_or_else(|| {
@@ -413,6 +419,8 @@ impl MapSpace {
         Ok((
             Self {
                 layers,
+                index: crate::stac::BboxIndex::new(&bboxes, 1.0),
+                sources: moka::future::Cache::new(SOURCE_CACHE_ENTRIES),
                 items,
                 bboxes,
                 drawn,
@@ -462,7 +470,11 @@ impl MapSpace {
     fn candidates(&self, scene: usize, layer: &LayerSpec, crs: &Crs, bounds: [f64; 4]) -> Vec<usize> {
         let drawn = &self.items[self.drawn[scene]];
         let bb = lonlat_bbox(crs, bounds);
-        (0..self.items.len())
+        let near = match bb {
+            Some(b) => self.index.query(b),
+            None => (0..self.items.len()).collect(),
+        };
+        near.into_iter()
             .filter(|&i| {
                 let it = &self.items[i];
                 if !layer.assets.iter().all(|a| it.assets.contains_key(a)) {
@@ -488,10 +500,17 @@ impl MapSpace {
             .collect()
     }
 
-    async fn source(&self, item: &Item, key: &str) -> Result<AssetSource> {
+    async fn source(&self, index: usize, key: &str) -> Result<AssetSource> {
+        let cache_key = (index as u32, Arc::<str>::from(key));
+        if let Some(s) = self.sources.get(&cache_key).await {
+            return Ok(s);
+        }
+        let item = &self.items[index];
         let asset = item.asset(key)?;
         let object = open(&self.stores, &self.headers, &asset.href, &self.options).await?;
-        AssetSource::new(&item.id, asset, object)
+        let source = AssetSource::new(&item.id, asset, object)?;
+        self.sources.insert(cache_key, source.clone()).await;
+        Ok(source)
     }
 
     /// Assembles sample `window`: one little-endian tensor `[C, H_l, W_l]` for each layer in
@@ -516,8 +535,7 @@ impl MapSpace {
             let cands = self.candidates(scene, layer, &crs, bounds);
             let mut bytes = Vec::with_capacity(layer.bands * (fp.width() * fp.height()) as usize * layer.dtype.size());
             for (key, &nb) in layer.assets.iter().zip(&layer.asset_bands) {
-                let sources =
-                    futures::future::try_join_all(cands.iter().map(|&i| self.source(&self.items[i], key))).await?;
+                let sources = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, key))).await?;
                 if let [only] = sources.as_slice()
                     && let Some(window) = aligned_window(only, &fp, layer)
                 {

@@ -11,12 +11,14 @@ pub mod describe;
 pub mod document;
 pub mod filter;
 pub mod geoparquet;
+pub mod index;
 pub mod item;
 
 pub use describe::{describe, describe_text};
 pub use document::{HrefRewrite, parse_document, resolve_href};
 pub use filter::ItemFilter;
 pub use geoparquet::{is_parquet, parse_geoparquet};
+pub use index::BboxIndex;
 pub use item::{Asset, BandInfo, Item};
 
 /// A STAC document or Item that cogfeed cannot use.
