@@ -530,7 +530,7 @@ def main():
     ap.add_argument('--cases', type=int, default=40, help='footprints per group (A)')
     ap.add_argument('--min-secs', type=float, default=1.5, help='timed seconds per group and contender (A)')
     ap.add_argument('--duration', type=float, default=8, help='seconds per client bench (B)')
-    ap.add_argument('--batches', type=int, default=40, help='batches per job (C)')
+    ap.add_argument('--batches', type=int, default=10, help='batches per job (C)')
     ap.add_argument('--size', type=int, default=FP, help='footprint width and height in px (A)')
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--work', default='/tmp/cogfeed-warp-bench')
