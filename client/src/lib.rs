@@ -130,25 +130,30 @@ impl TryFrom<pb::Batch> for Batch {
         let image = b
             .image
             .ok_or_else(|| ClientError::Malformed("batch without image".into()))?;
+        let image = Tensor::from_pb(image)?;
         Ok(Batch {
             epoch: b.epoch,
             index: b.index,
             cursor: b.cursor,
             batches_in_epoch: b.batches_in_epoch,
-            image: Tensor::from_pb(image)?,
+            image: image.clone(),
             label: b.label.map(Tensor::from_pb).transpose()?,
             windows: b.windows,
             skipped: b.skipped,
-            layers: b
-                .layers
-                .into_iter()
-                .map(|l| {
+            layers: {
+                // The first layer travels in `image`, named by `image_layer`.
+                let mut layers = Vec::with_capacity(b.layers.len() + 1);
+                if !b.image_layer.is_empty() {
+                    layers.push((b.image_layer.clone(), image.clone()));
+                }
+                for l in b.layers {
                     let t = l
                         .tensor
                         .ok_or_else(|| ClientError::Malformed(format!("layer {} without a tensor", l.name)))?;
-                    Ok((l.name, Tensor::from_pb(t)?))
-                })
-                .collect::<Result<_, ClientError>>()?,
+                    layers.push((l.name, Tensor::from_pb(t)?));
+                }
+                layers
+            },
             samples: b.samples,
         })
     }

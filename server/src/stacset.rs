@@ -156,11 +156,11 @@ pub async fn read_items(stores: &Stores, url: &str, rewrite: &HrefRewrite) -> Re
     read_doc(stores, url.to_string(), rewrite).await
 }
 
-/// Densified edges of a `w` × `h` pixel grid, as map points.
-fn edge_points(t: &Affine, w: f64, h: f64) -> (Vec<f64>, Vec<f64>) {
-    let (mut xs, mut ys) = (Vec::new(), Vec::new());
-    for s in 0..=20 {
-        let r = s as f64 / 20.0;
+/// Densified edges of a `w` × `h` pixel grid, as map points (`steps` segments a side).
+fn edge_points(t: &Affine, w: f64, h: f64, steps: usize) -> (Vec<f64>, Vec<f64>) {
+    let (mut xs, mut ys) = (Vec::with_capacity(4 * (steps + 1)), Vec::with_capacity(4 * (steps + 1)));
+    for s in 0..=steps {
+        let r = s as f64 / steps as f64;
         for (c, rr) in [(r * w, 0.0), (r * w, h), (0.0, r * h), (w, r * h)] {
             let (x, y) = t.apply(c, rr);
             xs.push(x);
@@ -180,13 +180,16 @@ fn bbox_of(xs: &[f64], ys: &[f64]) -> Option<[f64; 4]> {
     b[0].is_finite().then_some(b)
 }
 
-/// The EPSG:4326 bbox of `bounds` in `crs`.
+/// The EPSG:4326 bbox of a footprint's `bounds` in `crs`, for pruning candidates: corners
+/// and edge midpoints, widened by 0.0005° (~50 m; a footprint's edges bulge far less).
 fn lonlat_bbox(crs: &Crs, bounds: [f64; 4]) -> Option<[f64; 4]> {
     let t = Affine::north_up(bounds[0], bounds[3], 1.0);
-    let (mut xs, mut ys) = edge_points(&t, bounds[2] - bounds[0], bounds[3] - bounds[1]);
+    let (mut xs, mut ys) = edge_points(&t, bounds[2] - bounds[0], bounds[3] - bounds[1], 2);
     let wgs = Crs::from_epsg(4326).ok()?;
     Transformer::new(crs, &wgs).transform(&mut xs, &mut ys);
-    bbox_of(&xs, &ys)
+    let b = bbox_of(&xs, &ys)?;
+    const MARGIN: f64 = 0.0005;
+    Some([b[0] - MARGIN, b[1] - MARGIN, b[2] + MARGIN, b[3] + MARGIN])
 }
 
 fn day(item: &Item) -> Option<NaiveDate> {
@@ -372,7 +375,7 @@ impl MapSpace {
                         .find_map(|a| {
                             let (t, (r, cc), e) = (a.transform?, a.shape?, a.epsg?);
                             let crs = Crs::from_epsg(e).ok()?;
-                            let (mut xs, mut ys) = edge_points(&t, cc as f64, r as f64);
+                            let (mut xs, mut ys) = edge_points(&t, cc as f64, r as f64, 20);
                             Transformer::new(&crs, &wgs).transform(&mut xs, &mut ys);
                             bbox_of(&xs, &ys)
                         })
@@ -633,7 +636,7 @@ fn aligned_window(src: &AssetSource, fp: &Footprint, layer: &LayerSpec) -> Optio
 fn clip_to_aoi(g: &RefGrid, aoi: [f64; 4]) -> Option<RefGrid> {
     let wgs = Crs::from_epsg(4326).ok()?;
     let t = Affine::north_up(aoi[0], aoi[3], 1.0);
-    let (mut xs, mut ys) = edge_points(&t, aoi[2] - aoi[0], aoi[3] - aoi[1]);
+    let (mut xs, mut ys) = edge_points(&t, aoi[2] - aoi[0], aoi[3] - aoi[1], 20);
     Transformer::new(&wgs, &g.crs).transform(&mut xs, &mut ys);
     let b = bbox_of(&xs, &ys)?;
     let inv = g.transform.inverse().ok()?;
@@ -667,7 +670,7 @@ fn ref_grid(s: &AssetSource, res: f64, fixed: Option<&Crs>) -> std::result::Resu
     let block = |tile: f64, p: f64| ((tile * p / res).round() as u64).max(1);
     match fixed {
         Some(crs) if crs != &s.crs => {
-            let (mut xs, mut ys) = edge_points(&t, s.width as f64, s.height as f64);
+            let (mut xs, mut ys) = edge_points(&t, s.width as f64, s.height as f64, 20);
             Transformer::new(&s.crs, crs).transform(&mut xs, &mut ys);
             let b = bbox_of(&xs, &ys).ok_or("its grid does not transform into the dataset's CRS")?;
             let (x0, y1) = ((b[0] / res).floor() * res, (b[3] / res).ceil() * res);

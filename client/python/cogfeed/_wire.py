@@ -119,11 +119,12 @@ def _named_tensor(raw, view, start, end):
 def decode_batch(raw):
     """(fields dict, image [B, C, H, W], label [B, H, W] or None, windows [B, 7] int64, list of
     `SkippedSample`) of a serialized Batch. B may be below batch_size, or 0. For map-space
-    datasets the fields dict also holds "layers" ({name: [B, C, H_l, W_l]}, request order)
+    datasets the fields dict also holds "layers" ({name: [B, C, H_l, W_l]}, request order; the
+    first is `image` itself, named by the batch's `image_layer`)
     and "samples" (a `SampleMeta` per sample); both are empty otherwise."""
     view = memoryview(raw)
     meta = {"epoch": 0, "index": 0, "cursor": 0, "batches_in_epoch": 0, "layers": {}, "samples": []}
-    image = label = None
+    image = label = image_layer = None
     windows, skipped = [], []
     names = {1: "epoch", 2: "index", 3: "cursor", 7: "batches_in_epoch"}
     for field, wire, value in _fields(view, 0, len(view)):
@@ -141,11 +142,16 @@ def decode_batch(raw):
         elif field == 9:
             name, tensor = _named_tensor(raw, view, value[0], value[0] + value[1])
             meta["layers"][name] = tensor
+        elif field == 11:
+            image_layer = bytes(view[value[0]:value[0] + value[1]]).decode()
         elif field == 10:
             m = pb.SampleInfo.FromString(bytes(view[value[0]:value[0] + value[1]]))
             meta["samples"].append(SampleMeta(tuple(m.items), m.datetime or None, m.crs, tuple(m.bounds),
                                               m.resolution, m.padded))
     if image is None:
         raise ValueError("batch without image")
+    if image_layer:
+        # The first layer travels in `image`; the others follow in request order.
+        meta["layers"] = {image_layer: image, **meta["layers"]}
     columns = len(WINDOW_COLUMNS)
     return meta, image, label, np.array(windows, dtype=np.int64).reshape(-1, columns), skipped

@@ -84,8 +84,8 @@ def test_layers_and_sample_metadata_decode_like_protobuf():
     swir = np.arange(2 * 1 * 2 * 2, dtype=np.uint16).reshape(2, 1, 2, 2)
     b = pb.Batch(epoch=1, index=0, cursor=2)
     b.image.CopyFrom(pb.Tensor(dtype="uint16", shape=list(image.shape), data=image.tobytes()))
-    for name, arr in (("image", image), ("swir", swir)):
-        b.layers.add(name=name, tensor=pb.Tensor(dtype="uint16", shape=list(arr.shape), data=arr.tobytes()))
+    b.image_layer = "image"
+    b.layers.add(name="swir", tensor=pb.Tensor(dtype="uint16", shape=list(swir.shape), data=swir.tobytes()))
     b.samples.add(items=["A", "B"], datetime="2024-06-03T10:18:21+00:00", crs="EPSG:32633",
                   bounds=[1.0, 2.0, 3.0, 4.0], resolution=10.0, padded=False)
     b.samples.add(items=["A"], crs="EPSG:32632", bounds=[5.0, 6.0, 7.0, 8.0], resolution=10.0, padded=True)

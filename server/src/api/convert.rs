@@ -53,6 +53,7 @@ pub fn batch(b: BatchOut) -> pb::Batch {
             })
             .collect(),
         samples: b.samples.iter().map(sample).collect(),
+        image_layer: b.image_layer.unwrap_or_default(),
     }
 }
 

@@ -92,11 +92,13 @@ pub async fn warp_one(
         padded: false,
     };
     let bands: Vec<usize> = (0..src.bands).collect();
-    let raster = patch::read(tiles, &src.object, spec, &bands, 0.0)
+    let region = patch::fetch_region(tiles, &src.object, spec, &bands, 0.0)
         .await
         .map_err(|e| Error::tiff(src.object.url.as_ref(), e))?;
     let (footprint, src) = (footprint.clone(), src.clone());
+    // One trip to the CPU pool: stitch the tiles, then warp.
     let warped = on_cpu_pool(move || {
+        let raster = region.assemble();
         let values = samples_to_f64(raster.dtype, &raster.data);
         let n = raster.width * raster.height;
         let valid: Vec<bool> = (0..n)

@@ -50,8 +50,11 @@ pub struct BatchOut {
     pub windows: Vec<WindowSpec>,
     /// Samples left out under `on_corrupt = skip`.
     pub skipped: Vec<Skipped>,
-    /// Map-space datasets: one tensor per requested layer, by name (empty otherwise).
+    /// Map-space datasets: the requested layers after the first (which is `image`), by
+    /// name (empty otherwise).
     pub layers: Vec<(String, TensorOut)>,
+    /// Map-space datasets: the name of the layer in `image`.
+    pub image_layer: Option<String>,
     /// Map-space datasets: what each sample is (empty otherwise).
     pub samples: Vec<SampleMeta>,
 }
@@ -368,15 +371,21 @@ pub async fn run(
             }
             None => Vec::new(),
         };
-        // Older clients read `image`: the first requested layer of a map-space dataset.
-        let image = match layers.first() {
-            Some((_, t)) => t.clone(),
-            None => TensorOut {
-                dtype: out.name(ds.dtype),
-                shape: vec![n, c, p, p],
-                data: Bytes::from(image),
-            },
+        // The first requested layer of a map-space dataset travels in `image` (older
+        // clients read it there), the others in `layers`.
+        let mut layers = layers.into_iter();
+        let (image_layer, image) = match layers.next() {
+            Some((name, t)) => (Some(name), t),
+            None => (
+                None,
+                TensorOut {
+                    dtype: out.name(ds.dtype),
+                    shape: vec![n, c, p, p],
+                    data: Bytes::from(image),
+                },
+            ),
         };
+        let layers: Vec<(String, TensorOut)> = layers.collect();
         let batch = BatchOut {
             epoch: job.epoch,
             index: k,
@@ -391,6 +400,7 @@ pub async fn run(
             windows,
             skipped,
             layers,
+            image_layer,
             samples: metas,
         };
         if let Some(q) = &queue {

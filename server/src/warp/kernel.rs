@@ -4,6 +4,14 @@
 //! destination pixel's corners. Values are f64; validity is one mask for all bands (GDAL's
 //! unified source mask: a pixel is invalid only where every band is nodata).
 
+/// `v.floor()` without a libm call (the baseline x86-64 target has no rounding
+/// instruction); exact for |v| < 2^63.
+#[inline]
+pub fn floor(v: f64) -> f64 {
+    let t = v as i64 as f64;
+    if t > v { t - 1.0 } else { t }
+}
+
 /// A decoded source window: band-major values and one validity flag per pixel.
 #[derive(Debug, Clone)]
 pub struct Source<'a> {
@@ -52,8 +60,8 @@ pub fn nearest(src: &Source<'_>, ix: usize, iy: usize, out: &mut [f64]) -> bool 
 
 /// Bilinear over the 2×2 neighbours, weights renormalised over the valid ones.
 pub fn bilinear4(src: &Source<'_>, x: f64, y: f64, out: &mut [f64]) -> bool {
-    let mut ix = (x - 0.5).floor() as isize;
-    let mut iy = (y - 0.5).floor() as isize;
+    let mut ix = floor(x - 0.5) as isize;
+    let mut iy = floor(y - 0.5) as isize;
     let mut rx = 1.5 - (x - ix as f64);
     let mut ry = 1.5 - (y - iy as f64);
     if ix == -1 {
@@ -187,8 +195,8 @@ pub fn filter_extent(filter: Filter, scale: f64) -> (i64, i64) {
 /// The general (scaled) kernel: the filter stretched by 1/scale along each axis where the
 /// scale is below 1, weights renormalised over the valid taps.
 pub fn scaled(src: &Source<'_>, filter: Filter, x: f64, y: f64, sx: f64, sy: f64, out: &mut [f64]) -> bool {
-    let ix = (x - 0.5).floor() as i64;
-    let iy = (y - 0.5).floor() as i64;
+    let ix = floor(x - 0.5) as i64;
+    let iy = floor(y - 0.5) as i64;
     let (dx, dy) = (x - 0.5 - ix as f64, y - 0.5 - iy as f64);
     let (fx0, fx1) = filter_extent(filter, sx);
     let (fy0, fy1) = filter_extent(filter, sy);
@@ -259,7 +267,7 @@ pub fn area(src: &Source<'_>, c1: (f64, f64), c2: (f64, f64), margin: (f64, f64)
         std::mem::swap(&mut y1, &mut y2);
     }
     let span = |lo: f64, hi: f64, size: f64| {
-        let i0 = (lo + 1e-10).floor().max(0.0).min(size);
+        let i0 = floor(lo + 1e-10).max(0.0).min(size);
         let mut i1 = (hi - 1e-10).ceil().min(size);
         if i0 == i1 && i1 < size {
             i1 += 1.0;

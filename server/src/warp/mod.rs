@@ -201,54 +201,68 @@ impl Mosaic {
     pub fn to_bytes(&self, dtype: DType, nodata: f64, avoid_nodata: bool) -> Vec<u8> {
         let n = self.width * self.height;
         let mut out = Vec::with_capacity(self.values.len() * dtype.size());
-        for b in 0..self.bands {
-            for p in 0..n {
-                let v = if self.filled[p] { self.values[b * n + p] } else { nodata };
-                push_sample(&mut out, dtype, v, avoid_nodata && self.filled[p], nodata);
-            }
+        macro_rules! int {
+            ($t:ty) => {{
+                let (lo, hi) = (<$t>::MIN as f64, <$t>::MAX as f64);
+                let cast = |v: f64| -> $t {
+                    if v.is_nan() {
+                        0
+                    } else if v < lo {
+                        <$t>::MIN
+                    } else if v > hi {
+                        <$t>::MAX
+                    } else {
+                        kernel::floor(v + 0.5) as $t
+                    }
+                };
+                let fill = cast(nodata);
+                for b in 0..self.bands {
+                    let plane = &self.values[b * n..(b + 1) * n];
+                    for (v, &filled) in plane.iter().zip(&self.filled) {
+                        let x = if !filled {
+                            fill
+                        } else {
+                            let x = cast(*v);
+                            if avoid_nodata && x as f64 == nodata {
+                                if x == <$t>::MIN { x + 1 } else { x - 1 }
+                            } else {
+                                x
+                            }
+                        };
+                        out.extend_from_slice(&x.to_le_bytes());
+                    }
+                }
+            }};
+        }
+        macro_rules! float {
+            ($t:ty, $complex:expr) => {{
+                for b in 0..self.bands {
+                    let plane = &self.values[b * n..(b + 1) * n];
+                    for (v, &filled) in plane.iter().zip(&self.filled) {
+                        let x = if filled { *v } else { nodata };
+                        out.extend_from_slice(&(x as $t).to_le_bytes());
+                        if $complex {
+                            out.extend_from_slice(&(0.0 as $t).to_le_bytes());
+                        }
+                    }
+                }
+            }};
+        }
+        match dtype {
+            DType::U8 => int!(u8),
+            DType::I8 => int!(i8),
+            DType::U16 => int!(u16),
+            DType::I16 => int!(i16),
+            DType::U32 => int!(u32),
+            DType::I32 => int!(i32),
+            DType::U64 => int!(u64),
+            DType::I64 => int!(i64),
+            DType::F32 => float!(f32, false),
+            DType::F64 => float!(f64, false),
+            DType::C64 => float!(f32, true),
+            DType::C128 => float!(f64, true),
         }
         out
-    }
-}
-
-fn push_sample(out: &mut Vec<u8>, dtype: DType, v: f64, avoid: bool, nodata: f64) {
-    macro_rules! int {
-        ($t:ty) => {{
-            let (lo, hi) = (<$t>::MIN as f64, <$t>::MAX as f64);
-            let mut x: $t = if v.is_nan() {
-                0
-            } else if v < lo {
-                <$t>::MIN
-            } else if v > hi {
-                <$t>::MAX
-            } else {
-                (v + 0.5).floor() as $t
-            };
-            if avoid && x as f64 == nodata {
-                x = if x == <$t>::MIN { x + 1 } else { x - 1 };
-            }
-            out.extend_from_slice(&x.to_le_bytes());
-        }};
-    }
-    match dtype {
-        DType::U8 => int!(u8),
-        DType::I8 => int!(i8),
-        DType::U16 => int!(u16),
-        DType::I16 => int!(i16),
-        DType::U32 => int!(u32),
-        DType::I32 => int!(i32),
-        DType::U64 => int!(u64),
-        DType::I64 => int!(i64),
-        DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
-        DType::F64 => out.extend_from_slice(&v.to_le_bytes()),
-        DType::C64 => {
-            out.extend_from_slice(&(v as f32).to_le_bytes());
-            out.extend_from_slice(&0f32.to_le_bytes());
-        }
-        DType::C128 => {
-            out.extend_from_slice(&v.to_le_bytes());
-            out.extend_from_slice(&0f64.to_le_bytes());
-        }
     }
 }
 
