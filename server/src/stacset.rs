@@ -536,9 +536,19 @@ impl MapSpace {
             }
             let fp = Footprint::new(crs.clone(), bounds, layer.resolution)?;
             let cands = self.candidates(scene, layer, &crs, bounds);
-            let mut bytes = Vec::with_capacity(layer.bands * (fp.width() * fp.height()) as usize * layer.dtype.size());
+            let mut bytes = Vec::new();
             for (key, &nb) in layer.assets.iter().zip(&layer.asset_bands) {
-                let sources = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, key))).await?;
+                let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, key))).await?;
+                // Sources the footprint misses contribute nothing: leave them out before
+                // choosing the path.
+                let mut sources = Vec::with_capacity(opened.len());
+                let mut kept = Vec::with_capacity(opened.len());
+                for (src, &i) in opened.into_iter().zip(&cands) {
+                    if assemble::plan_source(&src, &fp, layer.resampling)?.2.is_some() {
+                        sources.push(src);
+                        kept.push(i);
+                    }
+                }
                 if let [only] = sources.as_slice()
                     && let Some(window) = aligned_window(only, &fp, layer)
                 {
@@ -547,21 +557,20 @@ impl MapSpace {
                     let raster = crate::pipeline::patch::read(tiles, &only.object, window, &bands, layer.nodata)
                         .await
                         .map_err(|e| Error::tiff(only.object.url.as_ref(), e))?;
-                    used.insert(cands[0]);
-                    bytes.extend_from_slice(&raster.data);
+                    used.insert(kept[0]);
+                    append(&mut bytes, raster.data);
                     continue;
                 }
                 let (m, reads) = assemble::mosaic(tiles, &sources, nb, &fp, layer.resampling).await?;
-                for (r, &i) in reads.iter().zip(&cands) {
+                for (r, &i) in reads.iter().zip(&kept) {
                     if r.window.is_some() {
                         used.insert(i);
                     }
                 }
-                bytes.extend_from_slice(&m.to_bytes(
-                    layer.dtype,
-                    layer.nodata,
-                    layer.resampling != Resampling::Nearest,
-                ));
+                append(
+                    &mut bytes,
+                    m.to_bytes(layer.dtype, layer.nodata, layer.resampling != Resampling::Nearest),
+                );
             }
             out.push(bytes);
         }
@@ -589,6 +598,15 @@ impl MapSpace {
                 (l.bands, side, side)
             })
             .collect()
+    }
+}
+
+/// `part` after `bytes`, without a copy when `bytes` is still empty (one-asset layers).
+fn append(bytes: &mut Vec<u8>, part: Vec<u8>) {
+    if bytes.is_empty() {
+        *bytes = part;
+    } else {
+        bytes.extend_from_slice(&part);
     }
 }
 

@@ -26,6 +26,10 @@ pub use source::AssetSource;
 /// far coarser than a file without overviews would otherwise read the whole file.
 pub const MAX_SOURCE_WINDOW_BYTES: u64 = 1 << 30;
 
+/// Footprints (and source windows) up to this many pixels are warped on the calling task:
+/// at most a few hundred µs of work, below what trips to the CPU pool cost in the whole.
+const INLINE_PIXELS: u64 = 128 * 128;
+
 /// What one source read for a footprint: which level, which window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceRead {
@@ -34,13 +38,13 @@ pub struct SourceRead {
     pub window: Option<plan::SourceWindow>,
 }
 
-/// Warps one source onto the footprint; None when the footprint misses it.
-pub async fn warp_one(
-    tiles: &dyn TileSource,
+/// Where `src` meets `footprint`: the level GDAL would read, its grid and the source window
+/// (None: the footprint misses the source).
+pub fn plan_source(
     src: &AssetSource,
     footprint: &Footprint,
     resampling: Resampling,
-) -> Result<(Option<Warped>, SourceRead)> {
+) -> Result<(usize, plan::LevelGrid, Option<plan::SourceWindow>)> {
     let transformer = Transformer::new(&footprint.crs, &src.crs);
     let full = src
         .level_grid(0)
@@ -56,7 +60,17 @@ pub async fn warp_one(
         transformer: &transformer,
         level: grid,
     };
-    let window = plan::source_window(&mapper, resampling);
+    Ok((level, grid, plan::source_window(&mapper, resampling)))
+}
+
+/// Warps one source onto the footprint; None when the footprint misses it.
+pub async fn warp_one(
+    tiles: &dyn TileSource,
+    src: &AssetSource,
+    footprint: &Footprint,
+    resampling: Resampling,
+) -> Result<(Option<Warped>, SourceRead)> {
+    let (level, grid, window) = plan_source(src, footprint, resampling)?;
     let read = SourceRead {
         item: src.item.clone(),
         level,
@@ -96,8 +110,10 @@ pub async fn warp_one(
         .await
         .map_err(|e| Error::tiff(src.object.url.as_ref(), e))?;
     let (footprint, src) = (footprint.clone(), src.clone());
-    // One trip to the CPU pool: stitch the tiles, then warp.
-    let warped = on_cpu_pool(move || {
+    // Stitch the tiles, then warp: inline when the work is small (a hand-off to the CPU
+    // pool and back costs more than warping a few thousand pixels), else one trip to it.
+    let small = (footprint.width() * footprint.height()).max(window.width * window.height) <= INLINE_PIXELS;
+    let work = move || {
         let raster = region.assemble();
         let values = samples_to_f64(raster.dtype, &raster.data);
         let n = raster.width * raster.height;
@@ -123,9 +139,12 @@ pub async fn warp_one(
             level: grid,
         };
         warp_source(&mapper, &window, &source, resampling)
-    })
-    .await
-    .map_err(|e| Error::tiff(read.item.clone(), e))?;
+    };
+    let warped = if small {
+        work()
+    } else {
+        on_cpu_pool(work).await.map_err(|e| Error::tiff(read.item.clone(), e))?
+    };
     Ok((Some(warped), read))
 }
 

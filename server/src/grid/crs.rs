@@ -57,8 +57,22 @@ impl Crs {
         Self::from_epsg(code).map_err(|_| unknown())
     }
 
-    /// The CRS with EPSG code `code`.
+    /// The CRS with EPSG code `code` (definitions are parsed once per process).
     pub fn from_epsg(code: u32) -> Result<Self, GridError> {
+        static KNOWN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<u32, Crs>>> =
+            std::sync::OnceLock::new();
+        let known = KNOWN.get_or_init(Default::default);
+        if let Some(c) = known.lock().ok().and_then(|k| k.get(&code).cloned()) {
+            return Ok(c);
+        }
+        let crs = Self::define(code)?;
+        if let Ok(mut k) = known.lock() {
+            k.insert(code, crs.clone());
+        }
+        Ok(crs)
+    }
+
+    fn define(code: u32) -> Result<Self, GridError> {
         let unknown = || GridError::UnknownCrs(format!("EPSG:{code}"));
         let short = u16::try_from(code).map_err(|_| unknown())?;
         let proj = Proj::from_epsg_code(short).map_err(|_| unknown())?;

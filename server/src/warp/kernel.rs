@@ -78,21 +78,26 @@ pub fn bilinear4(src: &Source<'_>, x: f64, y: f64, out: &mut [f64]) -> bool {
         (ix, iy + 1, rx * (1.0 - ry)),
         (ix + 1, iy + 1, (1.0 - rx) * (1.0 - ry)),
     ];
+    // The valid taps once, as (offset in a band plane, weight).
+    let mut live = [(0usize, 0.0f64); 4];
+    let mut count = 0;
     let mut div = 0.0;
     for &(tx, ty, w) in &taps {
         if src.ok(tx, ty) {
+            live[count] = (ty as usize * src.width + tx as usize, w);
+            count += 1;
             div += w;
         }
     }
     if div < 1e-5 {
         return false;
     }
+    let plane = src.width * src.height;
     for (b, o) in out.iter_mut().enumerate() {
+        let values = &src.values[b * plane..(b + 1) * plane];
         let mut acc = 0.0;
-        for &(tx, ty, w) in &taps {
-            if src.ok(tx, ty) {
-                acc += w * src.v(b, tx as usize, ty as usize);
-            }
+        for &(at, w) in &live[..count] {
+            acc += w * values[at];
         }
         *o = if div == 1.0 { acc } else { acc / div };
     }
@@ -268,7 +273,7 @@ pub fn area(src: &Source<'_>, c1: (f64, f64), c2: (f64, f64), margin: (f64, f64)
     }
     let span = |lo: f64, hi: f64, size: f64| {
         let i0 = floor(lo + 1e-10).max(0.0).min(size);
-        let mut i1 = (hi - 1e-10).ceil().min(size);
+        let mut i1 = (-floor(-(hi - 1e-10))).min(size);
         if i0 == i1 && i1 < size {
             i1 += 1.0;
         }
@@ -323,16 +328,18 @@ impl Area {
 pub fn average(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
     let mut total = 0.0;
     out.iter_mut().for_each(|o| *o = 0.0);
+    let plane = src.width * src.height;
     for iy in a.iy0..a.iy1 {
         let wy = a.weight_y(iy);
+        let row = iy * src.width;
         for ix in a.ix0..a.ix1 {
-            if !src.valid[iy * src.width + ix] {
+            if !src.valid[row + ix] {
                 continue;
             }
             let w = a.weight(ix, wy);
             total += w;
             for (b, o) in out.iter_mut().enumerate() {
-                *o += w * src.v(b, ix, iy);
+                *o += w * src.values[b * plane + row + ix];
             }
         }
     }
