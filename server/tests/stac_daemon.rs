@@ -386,4 +386,16 @@ async fn map_space_requests_are_checked() {
         };
         assert!(err.contains(want), "{want}: {err}");
     }
+    let e = client
+        .read_window(pb::ReadWindowRequest {
+            dataset: "demo-stac".into(),
+            width: 8,
+            height: 8,
+            ..Default::default()
+        })
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("map-space"), "{e}");
 }

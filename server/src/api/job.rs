@@ -448,6 +448,12 @@ pub struct WindowJob {
 /// Validates a `ReadWindow` request.
 pub fn window_job(catalog: &Catalog, limits: &LimitsConfig, r: &pb::ReadWindowRequest) -> Result<WindowJob, Error> {
     let ds = dataset(catalog, &r.dataset)?;
+    if ds.map.is_some() {
+        return Err(Error::FailedPrecondition(format!(
+            "dataset {} is a map-space dataset: ReadWindow reads pixel windows of scene datasets; stream its layers, or use `cogfeed warp` for one footprint",
+            ds.name
+        )));
+    }
     let scene = r.scene as usize;
     if scene >= ds.scenes.len() {
         return Err(invalid(format!(
