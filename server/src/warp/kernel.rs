@@ -257,6 +257,7 @@ pub struct Area {
 /// The area of the destination pixel whose corners map to (`x1`, `y1`) and (`x2`, `y2`)
 /// (window pixels), None when GDAL's margin check skips it. `margin_x`/`margin_y`:
 /// `2·max(1, ceil(1/scale))`.
+#[inline]
 pub fn area(src: &Source<'_>, c1: (f64, f64), c2: (f64, f64), margin: (f64, f64)) -> Option<Area> {
     let (w, h) = (src.width as f64, src.height as f64);
     let (mut x1, mut y1) = c1;
@@ -325,10 +326,36 @@ impl Area {
 }
 
 /// Area-weighted average of the valid pixels under `area`.
+#[inline]
 pub fn average(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
-    let mut total = 0.0;
-    out.iter_mut().for_each(|o| *o = 0.0);
+    // Column weights are the same on every row: the partial first and last columns.
+    let wx = |ix: usize| a.weight(ix, 1.0);
     let plane = src.width * src.height;
+    let mut total = 0.0;
+    if out.len() == 1 {
+        let mut acc = 0.0;
+        for iy in a.iy0..a.iy1 {
+            let wy = a.weight_y(iy);
+            let row = iy * src.width;
+            let (valid, values) = (
+                &src.valid[row + a.ix0..row + a.ix1],
+                &src.values[row + a.ix0..row + a.ix1],
+            );
+            for (k, (&ok, &v)) in valid.iter().zip(values).enumerate() {
+                if ok {
+                    let w = wy * wx(a.ix0 + k);
+                    total += w;
+                    acc += w * v;
+                }
+            }
+        }
+        if total <= 0.0 {
+            return false;
+        }
+        out[0] = acc / total;
+        return true;
+    }
+    out.iter_mut().for_each(|o| *o = 0.0);
     for iy in a.iy0..a.iy1 {
         let wy = a.weight_y(iy);
         let row = iy * src.width;
@@ -336,7 +363,7 @@ pub fn average(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
             if !src.valid[row + ix] {
                 continue;
             }
-            let w = a.weight(ix, wy);
+            let w = wy * wx(ix);
             total += w;
             for (b, o) in out.iter_mut().enumerate() {
                 *o += w * src.values[b * plane + row + ix];
