@@ -345,21 +345,16 @@ impl MapSpace {
         // An area of interest keeps the part of each grid that meets it, whole pixels.
         let (mut drawn, mut refs) = (drawn, refs);
         if let Some(aoi) = c.aoi {
-            let mut keep = Vec::with_capacity(grids.len());
-            for g in &grids {
-                keep.push(clip_to_aoi(g, aoi));
+            let clipped: Vec<Option<RefGrid>> = grids.iter().map(|g| clip_to_aoi(g, aoi)).collect();
+            let mut kept = (Vec::new(), Vec::new(), Vec::new());
+            for ((d, r), g) in drawn.into_iter().zip(refs).zip(clipped) {
+                if let Some(g) = g {
+                    kept.0.push(d);
+                    kept.1.push(r);
+                    kept.2.push(g);
+                }
             }
-            let mut i = 0;
-            drawn.retain(|_| {
-                i += 1;
-                keep[i - 1].is_some()
-            });
-            let mut i = 0;
-            refs.retain(|_| {
-                i += 1;
-                keep[i - 1].is_some()
-            });
-            grids = keep.into_iter().flatten().collect();
+            (drawn, refs, grids) = kept;
             if grids.is_empty() {
                 return Err(bad(format!("no item's reference grid meets the aoi {aoi:?}")));
             }
@@ -541,32 +536,27 @@ impl MapSpace {
                 let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, key))).await?;
                 // Sources the footprint misses contribute nothing: leave them out before
                 // choosing the path.
-                let mut sources = Vec::with_capacity(opened.len());
-                let mut kept = Vec::with_capacity(opened.len());
-                for (src, &i) in opened.into_iter().zip(&cands) {
-                    if assemble::plan_source(&src, &fp, layer.resampling)?.2.is_some() {
-                        sources.push(src);
-                        kept.push(i);
-                    }
-                }
-                if let [only] = sources.as_slice()
-                    && let Some(window) = aligned_window(only, &fp, layer)
-                {
-                    // One source on the footprint's own grid: its pixels are the sample.
-                    let bands: Vec<usize> = (0..only.bands).collect();
-                    let raster = crate::pipeline::patch::read(tiles, &only.object, window, &bands, layer.nodata)
-                        .await
-                        .map_err(|e| Error::tiff(only.object.url.as_ref(), e))?;
-                    used.insert(kept[0]);
-                    append(&mut bytes, raster.data);
-                    continue;
-                }
-                let (m, reads) = assemble::mosaic(tiles, &sources, nb, &fp, layer.resampling).await?;
-                for (r, &i) in reads.iter().zip(&kept) {
-                    if r.window.is_some() {
+                let mut planned = Vec::with_capacity(opened.len());
+                for (src, &i) in opened.iter().zip(&cands) {
+                    let p = assemble::plan_source(src, &fp, layer.resampling)?;
+                    if p.window.is_some() {
+                        planned.push(p);
                         used.insert(i);
                     }
                 }
+                if let [only] = planned.as_slice()
+                    && let Some(window) = aligned_window(only.source, &fp, layer)
+                {
+                    // One source on the footprint's own grid: its pixels are the sample.
+                    let bands: Vec<usize> = (0..only.source.bands).collect();
+                    let object = &only.source.object;
+                    let raster = crate::pipeline::patch::read(tiles, object, window, &bands, layer.nodata)
+                        .await
+                        .map_err(|e| Error::tiff(object.url.as_ref(), e))?;
+                    append(&mut bytes, raster.data);
+                    continue;
+                }
+                let m = assemble::mosaic_planned(tiles, &planned, nb, &fp, layer.resampling).await?;
                 append(
                     &mut bytes,
                     m.to_bytes(layer.dtype, layer.nodata, layer.resampling != Resampling::Nearest),

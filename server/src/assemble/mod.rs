@@ -38,13 +38,18 @@ pub struct SourceRead {
     pub window: Option<plan::SourceWindow>,
 }
 
-/// Where `src` meets `footprint`: the level GDAL would read, its grid and the source window
-/// (None: the footprint misses the source).
-pub fn plan_source(
-    src: &AssetSource,
-    footprint: &Footprint,
-    resampling: Resampling,
-) -> Result<(usize, plan::LevelGrid, Option<plan::SourceWindow>)> {
+/// Where a source meets a footprint: the level GDAL would read, its grid and the source
+/// window (None: the footprint misses the source).
+#[derive(Debug, Clone)]
+pub struct Planned<'a> {
+    pub source: &'a AssetSource,
+    pub level: usize,
+    pub grid: plan::LevelGrid,
+    pub window: Option<plan::SourceWindow>,
+}
+
+/// Plans `src` for `footprint`.
+pub fn plan_source<'a>(src: &'a AssetSource, footprint: &Footprint, resampling: Resampling) -> Result<Planned<'a>> {
     let transformer = Transformer::new(&footprint.crs, &src.crs);
     let full = src
         .level_grid(0)
@@ -60,24 +65,24 @@ pub fn plan_source(
         transformer: &transformer,
         level: grid,
     };
-    Ok((level, grid, plan::source_window(&mapper, resampling)))
+    Ok(Planned {
+        source: src,
+        level,
+        grid,
+        window: plan::source_window(&mapper, resampling),
+    })
 }
 
-/// Warps one source onto the footprint; None when the footprint misses it.
-pub async fn warp_one(
+/// Warps one planned source onto the footprint; None when the footprint misses it.
+async fn warp_one(
     tiles: &dyn TileSource,
-    src: &AssetSource,
+    planned: &Planned<'_>,
     footprint: &Footprint,
     resampling: Resampling,
-) -> Result<(Option<Warped>, SourceRead)> {
-    let (level, grid, window) = plan_source(src, footprint, resampling)?;
-    let read = SourceRead {
-        item: src.item.clone(),
-        level,
-        window,
-    };
-    let Some(window) = window else {
-        return Ok((None, read));
+) -> Result<Option<Warped>> {
+    let (src, level, grid) = (planned.source, planned.level, planned.grid);
+    let Some(window) = planned.window else {
+        return Ok(None);
     };
     let working = window
         .width
@@ -143,14 +148,15 @@ pub async fn warp_one(
     let warped = if small {
         work()
     } else {
-        on_cpu_pool(work).await.map_err(|e| Error::tiff(read.item.clone(), e))?
+        on_cpu_pool(work)
+            .await
+            .map_err(|e| Error::tiff(planned.source.item.clone(), e))?
     };
-    Ok((Some(warped), read))
+    Ok(Some(warped))
 }
 
 /// Warps `sources` (one asset of several Items, priority order) onto `footprint`: the
-/// first source with a valid pixel wins it. Sources are read concurrently; each must have
-/// `bands` bands (with no source, the mosaic is `bands` bands of nothing).
+/// first source with a valid pixel wins it. Also says what each source read.
 pub async fn mosaic(
     tiles: &dyn TileSource,
     sources: &[AssetSource],
@@ -158,21 +164,44 @@ pub async fn mosaic(
     footprint: &Footprint,
     resampling: Resampling,
 ) -> Result<(Mosaic, Vec<SourceRead>)> {
-    if let Some(s) = sources.iter().find(|s| s.bands != bands) {
+    let planned = sources
+        .iter()
+        .map(|s| plan_source(s, footprint, resampling))
+        .collect::<Result<Vec<_>>>()?;
+    let reads = planned
+        .iter()
+        .map(|p| SourceRead {
+            item: p.source.item.clone(),
+            level: p.level,
+            window: p.window,
+        })
+        .collect();
+    Ok((
+        mosaic_planned(tiles, &planned, bands, footprint, resampling).await?,
+        reads,
+    ))
+}
+
+/// [`mosaic`] of sources already planned for `footprint`. Sources are read concurrently;
+/// each must have `bands` bands (with no source, the mosaic is `bands` bands of nothing).
+pub async fn mosaic_planned(
+    tiles: &dyn TileSource,
+    planned: &[Planned<'_>],
+    bands: usize,
+    footprint: &Footprint,
+    resampling: Resampling,
+) -> Result<Mosaic> {
+    if let Some(s) = planned.iter().map(|p| p.source).find(|s| s.bands != bands) {
         return Err(Error::InvalidArgument(format!(
             "item {}, asset {}: {} bands where the layer expects {bands}",
             s.item, s.asset, s.bands
         )));
     }
     let results =
-        futures::future::try_join_all(sources.iter().map(|s| warp_one(tiles, s, footprint, resampling))).await?;
+        futures::future::try_join_all(planned.iter().map(|p| warp_one(tiles, p, footprint, resampling))).await?;
     let mut m = Mosaic::new(bands, footprint.width() as usize, footprint.height() as usize);
-    let mut reads = Vec::with_capacity(results.len());
-    for (warped, read) in results {
-        if let Some(w) = &warped {
-            m.add(w);
-        }
-        reads.push(read);
+    for w in results.iter().flatten() {
+        m.add(w);
     }
-    Ok((m, reads))
+    Ok(m)
 }

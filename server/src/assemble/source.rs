@@ -64,13 +64,12 @@ impl AssetSource {
                 let (px, _) = s.pixel_size();
                 let tol = TRANSFORM_TOLERANCE * px.max(1e-12);
                 let (sv, fv) = (s.to_stac(), f.to_stac());
-                let scale_tol = TRANSFORM_TOLERANCE * px.max(1e-12);
                 let off = [sv[2] - fv[2], sv[5] - fv[5]];
                 let lin = [sv[0] - fv[0], sv[1] - fv[1], sv[3] - fv[3], sv[4] - fv[4]];
                 if off
                     .iter()
                     .any(|d| d.abs() > tol.max(1e-9 * sv[2].abs().max(sv[5].abs())))
-                    || lin.iter().any(|d| d.abs() > scale_tol)
+                    || lin.iter().any(|d| d.abs() > tol)
                 {
                     return Err(bad(format!("proj:transform {sv:?} does not match the file's {fv:?}")));
                 }

@@ -184,17 +184,6 @@ impl Mosaic {
         }
     }
 
-    /// Pixels filled by some source.
-    pub fn filled(&self) -> &[bool] {
-        &self.filled
-    }
-
-    /// The fraction of pixels some source filled.
-    pub fn valid_fraction(&self) -> f64 {
-        let n = self.filled.len().max(1);
-        self.filled.iter().filter(|f| **f).count() as f64 / n as f64
-    }
-
     /// Little-endian samples of `dtype`, `nodata` where nothing filled. Interpolated values
     /// round half up and saturate; `avoid_nodata` moves a computed value that equals
     /// `nodata` one step away, as GDAL's kernels do for integer outputs.
