@@ -180,6 +180,17 @@ impl Feed for FeedService {
                         .collect(),
                 },
                 has_label: s.label.is_some(),
+                geotransform: match &ds.map {
+                    Some(map) => {
+                        let t = &map.grids[s.index].transform;
+                        vec![t.c, t.a, t.b, t.f, t.d, t.e]
+                    }
+                    None => s.object.cog.header().geo.geotransform.map(|g| g.to_vec()).unwrap_or_default(),
+                },
+                crs: match &ds.map {
+                    Some(map) => map.grids[s.index].crs.to_string(),
+                    None => s.object.cog.header().geo.epsg.map(|e| format!("EPSG:{e}")).unwrap_or_default(),
+                },
             })
             .collect();
         let layers = ds
