@@ -117,10 +117,46 @@ pub struct Batch {
     pub samples: Vec<pb::SampleInfo>,
 }
 
+impl Tensor {
+    fn to_pb(&self) -> pb::Tensor {
+        pb::Tensor {
+            dtype: self.dtype.clone(),
+            shape: self.shape.iter().map(|&d| d as i64).collect(),
+            data: self.data.clone(),
+        }
+    }
+}
+
 impl Batch {
     /// The tensor of layer `name` (map-space datasets).
     pub fn layer(&self, name: &str) -> Option<&Tensor> {
         self.layers.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+
+    /// The batch as its wire message (tensor bytes shared, not copied).
+    pub fn to_pb(&self) -> pb::Batch {
+        let image_layer = self.layers.first().map(|(n, _)| n.clone()).unwrap_or_default();
+        pb::Batch {
+            epoch: self.epoch,
+            index: self.index,
+            cursor: self.cursor,
+            image: Some(self.image.to_pb()),
+            label: self.label.as_ref().map(Tensor::to_pb),
+            windows: self.windows.clone(),
+            batches_in_epoch: self.batches_in_epoch,
+            skipped: self.skipped.clone(),
+            layers: self
+                .layers
+                .iter()
+                .skip(1)
+                .map(|(name, t)| pb::NamedTensor {
+                    name: name.clone(),
+                    tensor: Some(t.to_pb()),
+                })
+                .collect(),
+            samples: self.samples.clone(),
+            image_layer,
+        }
     }
 }
 

@@ -1,5 +1,8 @@
 //! `cogfeed-client`: list and describe datasets, stream batches (optionally as JSON lines
-//! with tensor hashes), and benchmark a stream.
+//! with tensor hashes), benchmark a stream, preview batches as pictures and stitch a grid
+//! stream back into a COG.
+
+mod cli;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -62,6 +65,27 @@ enum Command {
         /// Stop after this many seconds.
         #[arg(long, default_value_t = 10.0)]
         duration: f64,
+    },
+    /// Draw batches as PNG grids: composite, class overlay with legend, captions.
+    Preview {
+        #[command(flatten)]
+        sel: Selection,
+        /// Output PNG (several batches: NAME-000.png, NAME-001.png, ...).
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Bands of the composite: asset names or 1-based channels (1 or 3; default
+        /// B04,B03,B02 when present, else the first three).
+        #[arg(long, value_delimiter = ',')]
+        rgb: Vec<String>,
+        /// Layer of the composite (default: the first).
+        #[arg(long)]
+        layer: Option<String>,
+        /// Layer drawn as classes (default: `label` when present; "" for none).
+        #[arg(long)]
+        classes: Option<String>,
+        /// Stretch percentiles, low,high.
+        #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [2.0, 98.0])]
+        percentiles: Vec<f64>,
     },
 }
 
@@ -299,6 +323,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             out.flush()?;
         }
         Command::Bench { sel, duration } => bench(&mut client, &sel, duration).await?,
+        Command::Preview {
+            mut sel,
+            out,
+            rgb,
+            layer,
+            classes,
+            percentiles,
+        } => {
+            if sel.max_batches == 0 {
+                sel.max_batches = 1;
+            }
+            let options = cogfeed_render::batch::Options {
+                layer,
+                rgb,
+                classes,
+                percentiles: (percentiles[0], percentiles[1]),
+            };
+            for path in cli::preview::run(&mut client, sel.request()?, &options, &out).await? {
+                println!("{}", path.display());
+            }
+        }
     }
     Ok(())
 }
@@ -311,7 +356,7 @@ async fn bench(client: &mut Client, sel: &Selection, duration: f64) -> anyhow::R
     let mut first: Option<Duration> = None;
     let mut waits = Vec::new();
     let mut last = Instant::now();
-    let mut progress = Instant::now();
+    let bar = cli::progress::bar((sel.max_batches > 0).then_some(sel.max_batches), "batches");
     let mut request = sel.request()?;
     // Epoch after epoch until the duration or --max-batches is reached.
     let mut stream = Box::pin(client.stream(request.clone()).await?);
@@ -332,16 +377,16 @@ async fn bench(client: &mut Client, sel: &Selection, duration: f64) -> anyhow::R
         first.get_or_insert_with(|| start.elapsed());
         bytes += b.image.data.len() as u64 + b.label.as_ref().map_or(0, |l| l.data.len() as u64);
         batches += 1;
-        if progress.elapsed() >= Duration::from_secs(1) {
-            let secs = start.elapsed().as_secs_f64();
-            eprint!("\r{batches} batches, {:.0} MB/s   ", bytes as f64 / secs / 1e6);
-            progress = Instant::now();
-        }
+        bar.inc(1);
+        bar.set_message(format!(
+            "{:.0} MB/s",
+            bytes as f64 / start.elapsed().as_secs_f64() / 1e6
+        ));
         if start.elapsed() >= limit || (sel.max_batches > 0 && batches >= sel.max_batches) {
             break;
         }
     }
-    eprintln!();
+    bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds().unwrap_or(0.0) - cpu0;
     waits.sort_by(f64::total_cmp);

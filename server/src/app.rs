@@ -24,6 +24,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::memory::MemoryBudget;
 use crate::metrics::Metrics;
+use crate::status::live::LiveStreams;
 use crate::storage::{StoreOptions, Stores};
 
 /// Bound on the time from the shutdown signal to the end of serving (the README promises
@@ -59,6 +60,10 @@ pub struct App {
     pub memory: MemoryBudget,
     /// Cancelled when serving ends: every background task watches it.
     pub stop: CancellationToken,
+    /// Open streams, for the status page.
+    pub live: Arc<LiveStreams>,
+    /// When the daemon was built (uptime on the status page).
+    pub started: std::time::Instant,
 }
 
 impl App {
@@ -135,6 +140,8 @@ impl App {
             cluster,
             memory,
             stop,
+            live: LiveStreams::new(),
+            started: std::time::Instant::now(),
             config,
         })
     }
@@ -151,10 +158,12 @@ impl App {
             auth: self.auth.clone(),
             jobs: self.jobs.clone(),
             memory: self.memory.clone(),
+            live: self.live.clone(),
         }
     }
 
-    /// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `shutdown` resolves.
+    /// Serves `/metrics`, `/healthz`, `/readyz` and the status page (`/`, `/preview.png`)
+    /// on `listener` until `shutdown` resolves.
     pub async fn serve_metrics(
         &self,
         listener: TcpListener,
@@ -189,6 +198,7 @@ impl App {
                     }
                 }),
             )
+            .merge(crate::status::routes(self.clone()))
             .route("/healthz", get(|| async { "ok\n" }))
             .route(
                 "/readyz",

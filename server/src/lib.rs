@@ -29,6 +29,7 @@ pub mod rng;
 pub mod sampler;
 pub mod stac;
 pub mod stacset;
+pub mod status;
 pub mod storage;
 pub mod warp;
 

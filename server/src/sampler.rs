@@ -145,6 +145,11 @@ impl Plan {
         })
     }
 
+    /// The epoch this plan draws.
+    pub fn epoch(&self) -> u64 {
+        self.spec.epoch
+    }
+
     /// Samples in the epoch.
     pub fn len(&self) -> u64 {
         self.len

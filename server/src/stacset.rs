@@ -442,6 +442,19 @@ impl MapSpace {
         }
     }
 
+    /// Every Item's id and lon/lat bbox.
+    pub fn item_boxes(&self) -> impl Iterator<Item = (&str, [f64; 4])> {
+        self.items
+            .iter()
+            .map(|i| i.id.as_str())
+            .zip(self.bboxes.iter().copied())
+    }
+
+    /// Items in the dataset (after the filter).
+    pub fn item_count(&self) -> usize {
+        self.items.len()
+    }
+
     /// The plan's view of scene `i`.
     pub fn scene_grid(&self, i: usize) -> SceneGrid {
         let g = &self.grids[i];
@@ -523,7 +536,9 @@ impl MapSpace {
         let crs = self.grids[scene].crs.clone();
         let bounds = self.bounds(window);
         let mut out = Vec::with_capacity(self.layers.len());
-        let mut used = std::collections::BTreeSet::new();
+        // Items of the reference layer (or the first requested one), in priority order.
+        let mut used: Vec<usize> = Vec::new();
+        let listed = wanted.iter().min().copied();
         for (li, layer) in self.layers.iter().enumerate() {
             if !wanted.contains(&li) {
                 out.push(Vec::new());
@@ -541,7 +556,9 @@ impl MapSpace {
                     let p = assemble::plan_source(src, &fp, layer.resampling)?;
                     if p.window.is_some() {
                         planned.push(p);
-                        used.insert(i);
+                        if Some(li) == listed && !used.contains(&i) {
+                            used.push(i);
+                        }
                     }
                 }
                 if let [only] = planned.as_slice()

@@ -256,6 +256,26 @@ impl Auth {
         constant_time_eq(want, &got)
     }
 
+    /// Whether a status-page request with `authorization` may see the page: the metrics
+    /// token as `Bearer <token>`, or as the password of HTTP Basic (any user name), which
+    /// browsers ask for once and then send with the page's images too.
+    pub fn status_allowed(&self, authorization: Option<&[u8]>) -> bool {
+        if self.metrics.is_none() {
+            return true;
+        }
+        let Some(h) = authorization else {
+            return false;
+        };
+        match basic_password(h) {
+            Some(password) => {
+                let mut header = b"Bearer ".to_vec();
+                header.extend_from_slice(&password);
+                self.metrics_allowed(Some(&header))
+            }
+            None => self.metrics_allowed(Some(h)),
+        }
+    }
+
     /// A tonic interceptor: authenticates and rate-limits every call, and attaches the
     /// [`Principal`] to the request for the service.
     pub fn interceptor(self: &Arc<Self>) -> impl tonic::service::Interceptor + Clone + use<> {
@@ -295,6 +315,20 @@ fn bearer(header: &[u8]) -> Result<&[u8]> {
         return Err(bad());
     }
     Ok(token.as_bytes())
+}
+
+/// The password of an HTTP Basic `authorization` header (`Basic base64(user:password)`).
+fn basic_password(header: &[u8]) -> Option<Vec<u8>> {
+    use base64::Engine;
+    let text = std::str::from_utf8(header).ok()?;
+    let (scheme, value) = text.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD.decode(value.trim()).ok()?;
+    let colon = decoded.iter().position(|&b| b == b':')?;
+    let password = decoded[colon + 1..].to_vec();
+    (!password.is_empty()).then_some(password)
 }
 
 fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
@@ -470,5 +504,14 @@ mod tests {
         assert!(a.metrics_allowed(Some(b"Bearer scrape")));
         assert!(!a.metrics_allowed(Some(b"Bearer root-secret")));
         assert!(!a.metrics_allowed(None));
+        // The status page also takes the token as a Basic password (any user name).
+        use base64::Engine;
+        let basic = |up: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(up));
+        assert!(a.status_allowed(Some(basic("ops:scrape").as_bytes())));
+        assert!(a.status_allowed(Some(b"Bearer scrape")));
+        assert!(!a.status_allowed(Some(basic("ops:root-secret").as_bytes())));
+        assert!(!a.status_allowed(Some(basic("scrape:").as_bytes())));
+        assert!(!a.status_allowed(Some(b"Basic !!!")));
+        assert!(!a.status_allowed(None));
     }
 }

@@ -2,6 +2,7 @@
 
 use cogfeed_proto::v1 as pb;
 
+use crate::catalog::Dataset;
 use crate::pipeline::{BatchOut, Skipped, TensorOut};
 use crate::sampler::WindowSpec;
 use crate::stacset::SampleMeta;
@@ -65,5 +66,100 @@ fn sample(m: &SampleMeta) -> pb::SampleInfo {
         bounds: m.bounds.to_vec(),
         resolution: m.resolution,
         padded: m.padded,
+    }
+}
+
+/// What `DescribeDataset` answers for `ds`.
+pub fn dataset_info(ds: &Dataset) -> pb::DatasetInfo {
+    let scenes = ds
+        .scenes
+        .iter()
+        .map(|s| pb::SceneInfo {
+            index: s.index as u32,
+            name: s.name.clone(),
+            levels: match &ds.map {
+                // Map-space: the reference grid the sampler plans over.
+                Some(map) => {
+                    let g = map.scene_grid(s.index);
+                    vec![pb::Level {
+                        width: g.width,
+                        height: g.height,
+                        block_width: g.block_width as u32,
+                        block_height: g.block_height as u32,
+                    }]
+                }
+                None => s
+                    .object
+                    .cog
+                    .header()
+                    .levels
+                    .iter()
+                    .map(|l| pb::Level {
+                        width: l.width,
+                        height: l.height,
+                        block_width: l.block_width as u32,
+                        block_height: l.block_height as u32,
+                    })
+                    .collect(),
+            },
+            has_label: s.label.is_some(),
+            geotransform: match &ds.map {
+                Some(map) => {
+                    let t = &map.grids[s.index].transform;
+                    vec![t.c, t.a, t.b, t.f, t.d, t.e]
+                }
+                None => s
+                    .object
+                    .cog
+                    .header()
+                    .geo
+                    .geotransform
+                    .map(|g| g.to_vec())
+                    .unwrap_or_default(),
+            },
+            crs: match &ds.map {
+                Some(map) => map.grids[s.index].crs.to_string(),
+                None => s
+                    .object
+                    .cog
+                    .header()
+                    .geo
+                    .epsg
+                    .map(|e| format!("EPSG:{e}"))
+                    .unwrap_or_default(),
+            },
+        })
+        .collect();
+    let layers = ds
+        .map
+        .as_ref()
+        .map(|m| {
+            m.layers
+                .iter()
+                .map(|l| pb::LayerInfo {
+                    name: l.name.clone(),
+                    assets: l.assets.clone(),
+                    resolution: l.resolution,
+                    resampling: l.resampling.name().to_string(),
+                    dtype: l.dtype.name().to_string(),
+                    bands: l.bands as u32,
+                    nodata: l.nodata,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pb::DatasetInfo {
+        name: ds.name.clone(),
+        version: ds.version.clone(),
+        bands: ds.bands.iter().map(|b| *b as u32 + 1).collect(),
+        dtype: ds.dtype.name().to_string(),
+        labels: ds.label_dtype.is_some(),
+        label_dtype: ds.label_dtype.map(|d| d.name().to_string()).unwrap_or_default(),
+        fill: ds.fill,
+        mean: ds.mean.clone(),
+        std: ds.std.clone(),
+        scenes,
+        layers,
+        crs: ds.map.as_ref().map(|m| m.crs_name()).unwrap_or_default(),
     }
 }

@@ -23,8 +23,10 @@ use crate::pipeline::{self, QueueObserver, patch};
 
 use super::auth::{Auth, JobSlots, Principal};
 use super::connections;
+use super::convert;
 use super::job;
 use super::stream::{MeteredStream, StreamLease, StreamQueue};
+use crate::status::live::{LiveStreams, NewStream};
 
 /// Metadata a client sends at each stream open: seconds its training loop waited for data
 /// since its previous stream open.
@@ -47,6 +49,8 @@ pub struct FeedService {
     pub jobs: Arc<JobSlots>,
     /// Request-sized memory of all calls together.
     pub memory: MemoryBudget,
+    /// Open streams, for the status page.
+    pub live: Arc<LiveStreams>,
 }
 
 /// Bytes of a response that hold their share of the memory budget until sent.
@@ -101,8 +105,8 @@ impl FeedService {
         Ok((own, all))
     }
 
-    /// Adds the client's reported data wait to its job's counter.
-    fn record_data_wait<T>(&self, r: &Request<T>, labels: &[&str; 2]) {
+    /// Adds the client's reported data wait to its job's counter, and returns it.
+    fn record_data_wait<T>(&self, r: &Request<T>, labels: &[&str; 2]) -> f64 {
         let wait = r
             .metadata()
             .get(DATA_WAIT_HEADER)
@@ -115,6 +119,7 @@ impl FeedService {
                 .with_label_values(labels)
                 .inc_by(w);
         }
+        wait.unwrap_or(0.0)
     }
 }
 
@@ -148,83 +153,7 @@ impl Feed for FeedService {
     ) -> Result<Response<pb::DatasetInfo>, Status> {
         self.allowed(&r, &r.get_ref().dataset)?;
         let ds = job::dataset(&self.catalog, &r.get_ref().dataset)?;
-        let scenes = ds
-            .scenes
-            .iter()
-            .map(|s| pb::SceneInfo {
-                index: s.index as u32,
-                name: s.name.clone(),
-                levels: match &ds.map {
-                    // Map-space: the reference grid the sampler plans over.
-                    Some(map) => {
-                        let g = map.scene_grid(s.index);
-                        vec![pb::Level {
-                            width: g.width,
-                            height: g.height,
-                            block_width: g.block_width as u32,
-                            block_height: g.block_height as u32,
-                        }]
-                    }
-                    None => s
-                        .object
-                        .cog
-                        .header()
-                        .levels
-                        .iter()
-                        .map(|l| pb::Level {
-                            width: l.width,
-                            height: l.height,
-                            block_width: l.block_width as u32,
-                            block_height: l.block_height as u32,
-                        })
-                        .collect(),
-                },
-                has_label: s.label.is_some(),
-                geotransform: match &ds.map {
-                    Some(map) => {
-                        let t = &map.grids[s.index].transform;
-                        vec![t.c, t.a, t.b, t.f, t.d, t.e]
-                    }
-                    None => s.object.cog.header().geo.geotransform.map(|g| g.to_vec()).unwrap_or_default(),
-                },
-                crs: match &ds.map {
-                    Some(map) => map.grids[s.index].crs.to_string(),
-                    None => s.object.cog.header().geo.epsg.map(|e| format!("EPSG:{e}")).unwrap_or_default(),
-                },
-            })
-            .collect();
-        let layers = ds
-            .map
-            .as_ref()
-            .map(|m| {
-                m.layers
-                    .iter()
-                    .map(|l| pb::LayerInfo {
-                        name: l.name.clone(),
-                        assets: l.assets.clone(),
-                        resolution: l.resolution,
-                        resampling: l.resampling.name().to_string(),
-                        dtype: l.dtype.name().to_string(),
-                        bands: l.bands as u32,
-                        nodata: l.nodata,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        Ok(Response::new(pb::DatasetInfo {
-            name: ds.name.clone(),
-            version: ds.version.clone(),
-            bands: ds.bands.iter().map(|b| *b as u32 + 1).collect(),
-            dtype: ds.dtype.name().to_string(),
-            labels: ds.label_dtype.is_some(),
-            label_dtype: ds.label_dtype.map(|d| d.name().to_string()).unwrap_or_default(),
-            fill: ds.fill,
-            mean: ds.mean.clone(),
-            std: ds.std.clone(),
-            scenes,
-            layers,
-            crs: ds.map.as_ref().map(|m| m.crs_name()).unwrap_or_default(),
-        }))
+        Ok(Response::new(convert::dataset_info(&ds)))
     }
 
     type StreamBatchesStream = BatchStream;
@@ -255,7 +184,18 @@ impl Feed for FeedService {
         job.shutdown = Some(self.shutdown.clone());
         let labels = [job.dataset.name.clone(), self.metrics.job_label(&r.get_ref().job)];
         let label_refs = [labels[0].as_str(), labels[1].as_str()];
-        self.record_data_wait(&r, &label_refs);
+        let reported_wait = self.record_data_wait(&r, &label_refs);
+        let live = self.live.open(NewStream {
+            dataset: labels[0].clone(),
+            job: labels[1].clone(),
+            rank: job.share.rank,
+            world: job.share.world,
+            epoch: job.plan.epoch(),
+            samples_in_epoch: job.plan.len(),
+            batches: job.batch_count(),
+            cursor: job.share.cursor,
+            reported_wait,
+        });
         let span = tracing::info_span!(
             "stream",
             dataset = %job.dataset.name,
@@ -290,7 +230,8 @@ impl Feed for FeedService {
             self.metrics.clone(),
             labels,
             span,
-        );
+        )
+        .listed(live);
         Ok(Response::new(Box::pin(stream)))
     }
 

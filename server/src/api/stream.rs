@@ -30,6 +30,7 @@ use crate::pipeline::{BatchOut, QueueObserver, Skipped};
 
 use super::connections::ConnState;
 use super::convert;
+use crate::status::live::LiveEntry;
 
 /// What an open stream holds: its slots and memory, and how to end it from the pipeline.
 pub struct StreamLease {
@@ -174,6 +175,8 @@ pub struct MeteredStream {
     active: IntGauge,
     done: bool,
     span: tracing::Span,
+    /// The stream's entry on the status page.
+    live: Option<LiveEntry>,
 }
 
 impl MeteredStream {
@@ -201,7 +204,14 @@ impl MeteredStream {
             active,
             done: false,
             span,
+            live: None,
         }
+    }
+
+    /// Lists the stream on the status page for as long as it lives.
+    pub fn listed(mut self, live: LiveEntry) -> Self {
+        self.live = Some(live);
+        self
     }
 
     fn failed(&self, e: Error) -> Status {
@@ -270,15 +280,21 @@ impl Stream for MeteredStream {
                 let this = &*self;
                 let labels = [this.labels[0].as_str(), this.labels[1].as_str()];
                 if let Some(t) = waited {
-                    this.metrics
-                        .starved_seconds
-                        .with_label_values(&labels)
-                        .inc_by(t.elapsed().as_secs_f64());
+                    let secs = t.elapsed().as_secs_f64();
+                    this.metrics.starved_seconds.with_label_values(&labels).inc_by(secs);
+                    if let Some(l) = &this.live {
+                        l.stream.starved(secs);
+                    }
                 }
                 Poll::Ready(Some(match item {
                     Ok(batch) => {
                         this.queue.unpushed();
-                        let bytes = batch.image.data.len() + batch.label.as_ref().map_or(0, |l| l.data.len());
+                        let bytes = batch.image.data.len()
+                            + batch.label.as_ref().map_or(0, |l| l.data.len())
+                            + batch.layers.iter().map(|(_, t)| t.data.len()).sum::<usize>();
+                        if let Some(l) = &this.live {
+                            l.stream.sent(bytes as u64, batch.cursor);
+                        }
                         this.metrics.bytes_sent.with_label_values(&labels).inc_by(bytes as u64);
                         this.metrics
                             .patches_sent

@@ -1,0 +1,89 @@
+//! The status page's sample preview: one batch of random samples drawn as a PNG by the
+//! same renderer as `cogfeed-client preview` (`cogfeed_render`). It runs through the same
+//! validation and memory admission as a stream; sizes are fixed by the daemon (a page
+//! visitor picks only the dataset and the seed), and at most two are drawn at a time.
+
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc};
+
+use cogfeed_proto::v1 as pb;
+
+use crate::api::{convert, job};
+use crate::app::App;
+use crate::error::Error;
+use crate::pipeline;
+
+/// Samples in a preview batch.
+pub const SAMPLES: u32 = 9;
+
+/// Previews drawn at once.
+pub fn permits() -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(2))
+}
+
+/// The preview request for `dataset`: random samples, 64 px on STAC datasets (several
+/// layers at several resolutions), 128 px with labels on scene datasets.
+fn request(app: &App, dataset: &str, seed: u64) -> Result<pb::StreamBatchesRequest, Error> {
+    let ds = job::dataset(&app.catalog, dataset)?;
+    let (patch, labels) = match &ds.map {
+        Some(_) => (64, false),
+        None => (128.min(smallest_side(&ds)), ds.label_dtype.is_some()),
+    };
+    Ok(pb::StreamBatchesRequest {
+        dataset: dataset.to_string(),
+        job: "status-page".into(),
+        sampler: pb::Sampler::Random as i32,
+        patch_size: patch,
+        batch_size: SAMPLES,
+        seed,
+        world_size: 1,
+        max_batches: 1,
+        labels,
+        dtype: "native".into(),
+        ..Default::default()
+    })
+}
+
+fn smallest_side(ds: &crate::catalog::Dataset) -> u32 {
+    ds.scenes
+        .iter()
+        .filter_map(|s| s.object.cog.header().levels.first().map(|l| l.width.min(l.height)))
+        .min()
+        .unwrap_or(128)
+        .clamp(1, u32::MAX as u64) as u32
+}
+
+/// PNG bytes of one batch of `dataset`.
+pub async fn png(app: &App, permits: &Semaphore, dataset: &str, seed: u64) -> Result<Vec<u8>, Error> {
+    let _permit = permits
+        .acquire()
+        .await
+        .map_err(|_| Error::FailedPrecondition("the daemon is shutting down".into()))?;
+    let request = request(app, dataset, seed)?;
+    let admitted = job::stream_job(&app.catalog, &app.config.limits, &app.memory, &request)?;
+    let what = format!("a status-page preview of {dataset}");
+    let _memory = app
+        .memory
+        .reserve(admitted.stream_bytes, &what, app.config.limits.admission_wait())
+        .await?;
+    let ds = admitted.job.dataset.clone();
+    let (tx, mut rx) = mpsc::channel(1);
+    tokio::spawn(pipeline::run(admitted.job, app.tiles.clone(), tx, None));
+    let batch = rx
+        .recv()
+        .await
+        .ok_or_else(|| Error::FailedPrecondition(format!("no sample of {dataset} could be drawn")))??;
+    drop(rx);
+    let info = convert::dataset_info(&ds);
+    let batch = convert::batch(batch);
+    tokio::task::spawn_blocking(move || {
+        let preview = cogfeed_render::batch::preview(&info, &batch, &Default::default())
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        cogfeed_render::render(&preview)
+            .and_then(|p| p.to_png())
+            .map_err(|e| Error::InvalidArgument(e.to_string()))
+    })
+    .await
+    .map_err(|e| Error::FailedPrecondition(format!("preview task: {e}")))?
+}
