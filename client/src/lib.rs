@@ -13,6 +13,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 pub use cogfeed_proto::v1 as pb;
 
+pub mod stitch;
 mod tls_probe;
 use pb::feed_client::FeedClient;
 

@@ -87,6 +87,23 @@ enum Command {
         #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [2.0, 98.0])]
         percentiles: Vec<f64>,
     },
+    /// Stitch a grid stream's layer back into a COG per scene (the identity model).
+    Stitch {
+        #[command(flatten)]
+        sel: Selection,
+        /// Output COG; `{scene}` is replaced by the scene's name (needed for several scenes).
+        #[arg(long)]
+        out: String,
+        /// Layer to stitch (map-space datasets; `image` otherwise).
+        #[arg(long, default_value = "image")]
+        layer: String,
+        /// mean, cosine or center.
+        #[arg(long, default_value = "cosine")]
+        blend: String,
+        /// Output tile side (a multiple of 16).
+        #[arg(long, default_value_t = 256)]
+        tile_size: u64,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -341,6 +358,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 percentiles: (percentiles[0], percentiles[1]),
             };
             for path in cli::preview::run(&mut client, sel.request()?, &options, &out).await? {
+                println!("{}", path.display());
+            }
+        }
+        Command::Stitch {
+            sel,
+            out,
+            layer,
+            blend,
+            tile_size,
+        } => {
+            let opts = cogfeed_client::stitch::StitchOptions {
+                layer,
+                blend: blend.parse()?,
+                patch_size: sel.patch_size,
+                stride: sel.stride,
+                level: sel.level,
+                tile_size,
+            };
+            for path in cli::stitch::run(&mut client, sel.request()?, opts, &out).await? {
                 println!("{}", path.display());
             }
         }

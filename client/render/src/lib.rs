@@ -1,4 +1,5 @@
-//! Pictures of batches, shared by the daemon's status page and `cogfeed-client preview`:
+//! What cogfeed writes for people and GIS tools. This module: pictures of batches, shared
+//! by the daemon's status page and `cogfeed-client preview`:
 //! a grid of samples, each an RGB (or grey) composite with a percentile stretch, the class
 //! layer beside it as a coloured overlay, captions under it, and a legend of the classes.
 //!
@@ -16,6 +17,7 @@
 //!   clipped to the cell's width; the legend lists the classes present, ascending.
 
 pub mod batch;
+pub mod cog;
 
 use thiserror::Error;
 
@@ -249,7 +251,7 @@ pub fn render(p: &Preview) -> Result<Picture, RenderError> {
                         rgb
                     } else {
                         let colour = colour_of(class);
-                        [0, 1, 2].map(|k| ((rgb[k] as u16 + colour[k] as u16 + 1) / 2) as u8)
+                        [0, 1, 2].map(|k| (rgb[k] as u16 + colour[k] as u16).div_ceil(2) as u8)
                     };
                     pic.put(x0 + pw + GAP + x, y0 + y, over);
                 }

@@ -3,3 +3,4 @@
 
 pub mod preview;
 pub mod progress;
+pub mod stitch;
