@@ -84,7 +84,7 @@ enum Command {
         #[arg(long)]
         classes: Option<String>,
         /// Stretch percentiles, low,high.
-        #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [2.0, 98.0])]
+        #[arg(long, value_delimiter = ',', allow_negative_numbers = true, default_value = "2,98")]
         percentiles: Vec<f64>,
     },
     /// Stitch a grid stream's layer back into a COG per scene (the identity model).
@@ -322,7 +322,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                             .iter()
                             .map(|m| {
                                 serde_json::json!({
-                                    "items": m.items, "crs": m.crs, "bounds": m.bounds,
+                                    "items": m.items, "drawn": m.drawn, "crs": m.crs, "bounds": m.bounds,
                                     "resolution": m.resolution, "padded": m.padded, "datetime": m.datetime,
                                 })
                             })
@@ -351,11 +351,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if sel.max_batches == 0 {
                 sel.max_batches = 1;
             }
+            let [low, high] = percentiles[..] else {
+                anyhow::bail!("--percentiles takes two values, low,high (e.g. 2,98)");
+            };
             let options = cogfeed_render::batch::Options {
                 layer,
                 rgb,
                 classes,
-                percentiles: (percentiles[0], percentiles[1]),
+                percentiles: (low, high),
             };
             for path in cli::preview::run(&mut client, sel.request()?, &options, &out).await? {
                 println!("{}", path.display());

@@ -223,6 +223,12 @@ fn grid_steps(size: u64, patch: u64, stride: u64) -> u64 {
 }
 
 /// Which global samples rank `rank` of `world` gets, in batches of `batch`, from `cursor`.
+///
+/// Full steps (`batch · world` samples) go to the ranks in order. The samples after the
+/// last full step are dropped (training: every rank gets the same number of equal
+/// batches), unless `keep_tail`: then they make one last, smaller step, split between the
+/// ranks in contiguous chunks of `ceil(rest / world)`, so a grid covers its scenes whole
+/// and some ranks get one batch more than others.
 #[derive(Debug, Clone, Copy)]
 pub struct Share {
     pub batch: u64,
@@ -230,22 +236,44 @@ pub struct Share {
     pub world: u64,
     pub cursor: u64,
     pub epoch_len: u64,
+    pub keep_tail: bool,
 }
 
 impl Share {
+    fn full_steps(&self) -> u64 {
+        self.epoch_len.saturating_sub(self.cursor) / (self.batch * self.world)
+    }
+
+    /// This rank's part of the last, partial step (empty unless `keep_tail`).
+    fn tail(&self) -> std::ops::Range<u64> {
+        let base = self.cursor + self.full_steps() * self.batch * self.world;
+        if !self.keep_tail || base >= self.epoch_len {
+            return 0..0;
+        }
+        let chunk = (self.epoch_len - base).div_ceil(self.world);
+        let start = (base + self.rank * chunk).min(self.epoch_len);
+        start..(start + chunk).min(self.epoch_len)
+    }
+
     /// Batches this rank gets.
     pub fn batches(&self) -> u64 {
-        self.epoch_len.saturating_sub(self.cursor) / (self.batch * self.world)
+        self.full_steps() + u64::from(!self.tail().is_empty())
     }
 
     /// Global sample indices of this rank's batch `k`.
     pub fn samples(&self, k: u64) -> std::ops::Range<u64> {
+        if k >= self.full_steps() {
+            return self.tail();
+        }
         let start = self.cursor + k * self.batch * self.world + self.rank * self.batch;
         start..start + self.batch
     }
 
     /// Global cursor after batch `k` (all ranks done with that step).
     pub fn cursor_after(&self, k: u64) -> u64 {
+        if k >= self.full_steps() {
+            return self.epoch_len;
+        }
         self.cursor + (k + 1) * self.batch * self.world
     }
 }
@@ -414,19 +442,22 @@ mod tests {
         }
 
         #[test]
-        fn ranks_partition_the_epoch(n in 1u64..500, batch in 1u64..9, world in 1u64..5, cursor_steps in 0u64..4) {
+        fn ranks_partition_the_epoch(n in 1u64..500, batch in 1u64..9, world in 1u64..5, cursor_steps in 0u64..4, keep_tail: bool) {
             let cursor = (cursor_steps * batch * world).min(n);
             let mut all = Vec::new();
             let mut counts = Vec::new();
             for rank in 0..world {
-                let s = Share { batch, rank, world, cursor, epoch_len: n };
+                let s = Share { batch, rank, world, cursor, epoch_len: n, keep_tail };
                 counts.push(s.batches());
                 for k in 0..s.batches() {
-                    all.extend(s.samples(k));
+                    let b = s.samples(k);
+                    prop_assert!(!b.is_empty() && b.end - b.start <= batch);
+                    all.extend(b);
                 }
             }
-            prop_assert!(counts.iter().all(|&c| c == counts[0]), "equal batch counts");
-            let expected_len = (n - cursor) / (batch * world) * batch * world;
+            let full = (n - cursor) / (batch * world);
+            prop_assert!(counts.iter().all(|&c| c == full || (keep_tail && c == full + 1)), "{:?}", counts);
+            let expected_len = if keep_tail { n - cursor } else { full * batch * world };
             all.sort_unstable();
             prop_assert_eq!(all.len() as u64, expected_len);
             prop_assert!(all.windows(2).all(|w| w[0] + 1 == w[1]), "no gaps, no duplicates");
@@ -436,12 +467,12 @@ mod tests {
         #[test]
         fn resume_with_other_world_size_covers_the_rest(n in 10u64..400, batch in 1u64..6, w1 in 1u64..4, w2 in 1u64..4, steps in 0u64..3) {
             // First run: `steps` global steps with world w1; then resume from its cursor with w2.
-            let first = Share { batch, rank: 0, world: w1, cursor: 0, epoch_len: n };
+            let first = Share { batch, rank: 0, world: w1, cursor: 0, epoch_len: n, keep_tail: false };
             let steps = steps.min(first.batches());
             let cursor = if steps == 0 { 0 } else { first.cursor_after(steps - 1) };
             let mut seen: Vec<u64> = (0..cursor).collect();
             for rank in 0..w2 {
-                let s = Share { batch, rank, world: w2, cursor, epoch_len: n };
+                let s = Share { batch, rank, world: w2, cursor, epoch_len: n, keep_tail: false };
                 for k in 0..s.batches() { seen.extend(s.samples(k)); }
             }
             seen.sort_unstable();
@@ -449,6 +480,21 @@ mod tests {
             seen.dedup();
             prop_assert_eq!(before, seen.len(), "nothing repeated");
             prop_assert!(n - (seen.len() as u64) < batch * w2, "only a tail smaller than one step is dropped");
+        }
+
+        #[test]
+        fn a_kept_tail_resumes_exactly_once(n in 10u64..400, batch in 1u64..6, w1 in 1u64..4, w2 in 1u64..4, steps in 0u64..200) {
+            // Stop anywhere (the tail step included), resume with another world size.
+            let first = Share { batch, rank: 0, world: w1, cursor: 0, epoch_len: n, keep_tail: true };
+            let steps = steps.min(first.batches());
+            let cursor = if steps == 0 { 0 } else { first.cursor_after(steps - 1) };
+            let mut seen: Vec<u64> = (0..cursor).collect();
+            for rank in 0..w2 {
+                let s = Share { batch, rank, world: w2, cursor, epoch_len: n, keep_tail: true };
+                for k in 0..s.batches() { seen.extend(s.samples(k)); }
+            }
+            seen.sort_unstable();
+            prop_assert_eq!(seen, (0..n).collect::<Vec<_>>());
         }
     }
 }

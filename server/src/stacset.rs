@@ -69,6 +69,8 @@ pub struct SampleMeta {
     /// Items whose data some streamed layer's footprint touches, in mosaic priority order:
     /// `cogfeed warp --ids` with these reproduces every layer.
     pub items: Vec<String>,
+    /// The Item whose grid the sample was planned on (its reference asset's grid).
+    pub drawn: String,
     pub datetime: Option<String>,
     pub crs: String,
     pub bounds: [f64; 4],
@@ -536,9 +538,8 @@ impl MapSpace {
         let crs = self.grids[scene].crs.clone();
         let bounds = self.bounds(window);
         let mut out = Vec::with_capacity(self.layers.len());
-        // Items of the reference layer (or the first requested one), in priority order.
-        let mut used: Vec<usize> = Vec::new();
-        let listed = wanted.iter().min().copied();
+        // Items sort in priority order, so their indices do too.
+        let mut used = std::collections::BTreeSet::new();
         for (li, layer) in self.layers.iter().enumerate() {
             if !wanted.contains(&li) {
                 out.push(Vec::new());
@@ -556,9 +557,7 @@ impl MapSpace {
                     let p = assemble::plan_source(src, &fp, layer.resampling)?;
                     if p.window.is_some() {
                         planned.push(p);
-                        if Some(li) == listed && !used.contains(&i) {
-                            used.push(i);
-                        }
+                        used.insert(i);
                     }
                 }
                 if let [only] = planned.as_slice()
@@ -586,6 +585,7 @@ impl MapSpace {
             out,
             SampleMeta {
                 items: used.into_iter().map(|i| self.items[i].id.clone()).collect(),
+                drawn: drawn.id.clone(),
                 datetime: drawn.datetime.map(|t| t.to_rfc3339()),
                 crs: crs.to_string(),
                 bounds,

@@ -64,6 +64,9 @@ class Batch:
     layers: Dict[str, np.ndarray] = field(default_factory=dict)
     #: Map-space datasets: a `SampleMeta` per sample (items, datetime, crs, bounds, ...).
     meta: List[SampleMeta] = field(default_factory=list)
+    #: The dataset's `DatasetInfo` (layer assets and nodata, scene names; what
+    #: `cogfeed.preview` draws with), or None when the daemon did not say.
+    info: Optional[object] = None
 
     def __getitem__(self, name: str) -> np.ndarray:
         """A layer by name (`batch["image"]`); "image" and "label" also name the scene
@@ -261,6 +264,7 @@ class Loader(EpochCursor):
         self._data_wait_sent = 0.0
         #: Reconnections made after UNAVAILABLE.
         self.reconnects = 0
+        self._info = None
 
     def request(self, cursor=None, max_batches=None):
         """The `StreamBatchesRequest` for this loader: every field from its attribute."""
@@ -300,8 +304,19 @@ class Loader(EpochCursor):
             self.client.address = self.replicas[self._replica]
         self.client.reconnect()
 
+    def _dataset_info(self):
+        """The dataset's `DatasetInfo`, asked once per loader (set on every Batch as `info`);
+        None when the daemon could not say (asked again at the next iteration)."""
+        if self._info is None:
+            try:
+                self._info = self.client.describe(self.dataset)
+            except (CogfeedError, grpc.RpcError):
+                self._info = None
+        return self._info
+
     def __iter__(self) -> Iterator[Batch]:
         cursor = self._begin()
+        info = self._dataset_info()
         delivered = 0
         backoff = 0.1
         failing_since = None
@@ -321,7 +336,7 @@ class Loader(EpochCursor):
                     batch = Batch(
                         image=image, label=label, windows=windows, epoch=meta["epoch"],
                         index=base + meta["index"], cursor=meta["cursor"], skipped=skipped,
-                        layers=meta["layers"], meta=meta["samples"],
+                        layers=meta["layers"], meta=meta["samples"], info=info,
                     )
                     cursor = meta["cursor"]
                     self.cursor = cursor

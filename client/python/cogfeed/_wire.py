@@ -42,6 +42,7 @@ class SampleMeta(NamedTuple):
     bounds: Tuple[float, float, float, float]  # minx, miny, maxx, maxy in crs
     resolution: float  # reference layer pixel size
     padded: bool
+    drawn: str = ""  # the item whose grid the sample was planned on (the sampler's draw)
 
 
 def window_row(w):
@@ -147,7 +148,7 @@ def decode_batch(raw):
         elif field == 10:
             m = pb.SampleInfo.FromString(bytes(view[value[0]:value[0] + value[1]]))
             meta["samples"].append(SampleMeta(tuple(m.items), m.datetime or None, m.crs, tuple(m.bounds),
-                                              m.resolution, m.padded))
+                                              m.resolution, m.padded, m.drawn))
     if image is None:
         raise ValueError("batch without image")
     if image_layer:

@@ -7,7 +7,8 @@
 //!   equal to the layer's nodata are no data;
 //! - classes: `Options::classes`, else a layer named `label` (map-space, its nodata
 //!   skipped) or the scene dataset's label tensor; `Some("")` draws none;
-//! - captions: map-space samples show the first Item (`+n` more), the date and CRS, and the
+//! - captions: map-space samples show the drawn Item (else the first; `+n` for the
+//!   `items` beyond one), the date and CRS, and the
 //!   footprint's upper-left corner and width in CRS units; scene samples their scene name
 //!   and window.
 
@@ -122,6 +123,7 @@ fn pick_bands(rgb: &[String], names: &[String], channels: usize) -> Result<Vec<u
         let default: Vec<usize> = ["B04", "B03", "B02"]
             .iter()
             .filter_map(|n| names.iter().position(|x| x == n))
+            .filter(|&i| i < channels)
             .collect();
         return Ok(if default.len() == 3 {
             default
@@ -136,7 +138,7 @@ fn pick_bands(rgb: &[String], names: &[String], channels: usize) -> Result<Vec<u
     }
     rgb.iter()
         .map(|b| {
-            if let Some(i) = names.iter().position(|n| n == b) {
+            if let Some(i) = names.iter().position(|n| n == b).filter(|&i| i < channels) {
                 return Ok(i);
             }
             match b.parse::<usize>() {
@@ -157,7 +159,11 @@ fn pick_bands(rgb: &[String], names: &[String], channels: usize) -> Result<Vec<u
 /// Caption lines of sample `i`.
 pub fn caption(info: &pb::DatasetInfo, b: &pb::Batch, i: usize) -> Vec<String> {
     if let Some(s) = b.samples.get(i) {
-        let mut first = s.items.first().cloned().unwrap_or_default();
+        let mut first = if s.drawn.is_empty() {
+            s.items.first().cloned().unwrap_or_default()
+        } else {
+            s.drawn.clone()
+        };
         if s.items.len() > 1 {
             first.push_str(&format!(" +{}", s.items.len() - 1));
         }
@@ -194,6 +200,9 @@ pub fn preview(info: &pb::DatasetInfo, b: &pb::Batch, o: &Options) -> Result<Pre
             .ok_or_else(|| shape_err("the batch holds no arrays".into()))?,
     };
     let [samples, channels, height, width] = dims(tensor)?;
+    if channels == 0 {
+        return Err(shape_err(format!("layer {name} has no channels")));
+    }
     let li = layer_info(name);
     let names = li.map(|l| l.assets.clone()).unwrap_or_default();
     let picked = pick_bands(&o.rgb, &names, channels)?;
@@ -223,14 +232,15 @@ pub fn preview(info: &pb::DatasetInfo, b: &pb::Batch, o: &Options) -> Result<Pre
                 .find(|(n, _)| *n == cn)
                 .map(|(_, t)| *t)
                 .ok_or_else(|| shape_err(format!("no layer {cn:?} in the batch")))?;
-            let [cb, _, ch, cw] = dims(t)?;
-            if cb != samples {
-                return Err(shape_err(format!("{cn} holds {cb} samples, not {samples}")));
+            let [cb, c, ch, cw] = dims(t)?;
+            if cb != samples || c == 0 {
+                return Err(shape_err(format!(
+                    "{cn} holds {cb} samples of {c} channels, not {samples} of at least one"
+                )));
             }
             let v = to_f32(t, None)?;
             let plane = ch * cw;
             // First channel of each sample.
-            let c = dims(t)?[1];
             let values = (0..samples)
                 .flat_map(|s| v[s * c * plane..s * c * plane + plane].iter().map(|x| *x as i64))
                 .collect();
@@ -251,4 +261,52 @@ pub fn preview(info: &pb::DatasetInfo, b: &pb::Batch, o: &Options) -> Result<Pre
         classes,
         captions: (0..samples).map(|i| caption(info, b, i)).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(dtype: &str, shape: &[i64], data: Vec<u8>) -> pb::Tensor {
+        pb::Tensor {
+            dtype: dtype.into(),
+            shape: shape.to_vec(),
+            data: data.into(),
+        }
+    }
+
+    #[test]
+    fn band_names_beyond_the_tensor_are_errors_not_panics() {
+        let info = pb::DatasetInfo {
+            layers: vec![pb::LayerInfo {
+                name: "image".into(),
+                assets: vec!["B02".into(), "B03".into(), "B04".into(), "B08".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let b = pb::Batch {
+            image: Some(tensor("uint8", &[1, 2, 2, 2], vec![1; 8])),
+            image_layer: "image".into(),
+            ..Default::default()
+        };
+        // Default bands: B04 is channel 3 of a 2-channel tensor: not used; grey from channel 1.
+        let p = preview(&info, &b, &Options::default()).unwrap();
+        assert_eq!(p.channels.len(), 1);
+        let o = Options {
+            rgb: vec!["B08".into()],
+            ..Default::default()
+        };
+        assert!(preview(&info, &b, &o).is_err());
+        let empty = pb::Batch {
+            image: Some(tensor("uint8", &[1, 0, 2, 2], vec![])),
+            ..Default::default()
+        };
+        assert!(preview(&info, &empty, &Options::default()).is_err());
+        let f16 = pb::Batch {
+            image: Some(tensor("float16", &[1, 1, 1, 1], vec![0, 0])),
+            ..Default::default()
+        };
+        assert!(preview(&info, &f16, &Options::default()).is_err());
+    }
 }

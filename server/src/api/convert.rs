@@ -61,6 +61,7 @@ pub fn batch(b: BatchOut) -> pb::Batch {
 fn sample(m: &SampleMeta) -> pb::SampleInfo {
     pb::SampleInfo {
         items: m.items.clone(),
+        drawn: m.drawn.clone(),
         datetime: m.datetime.clone().unwrap_or_default(),
         crs: m.crs.clone(),
         bounds: m.bounds.to_vec(),

@@ -200,6 +200,8 @@ fn plan_stream(
         world,
         cursor: r.cursor,
         epoch_len: plan.len(),
+        // A grid is a cover: its last, partial step is sent too.
+        keep_tail: kind == SamplerKind::Grid,
     };
     let floor = (2 * r.batch_size as usize).clamp(16, 256);
     let ceiling = ((limits.max_prefetch_bytes / load_bytes.max(1)) as usize).clamp(floor, 4096);

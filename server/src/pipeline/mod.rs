@@ -280,7 +280,9 @@ pub async fn run(
         let mut skipped = Vec::new();
         let mut layer_bytes: Vec<Vec<u8>> = vec![Vec::new(); job.layers.len()];
         let mut metas = Vec::new();
-        for _ in 0..b {
+        // The last batch of a grid may be smaller.
+        let in_batch = job.share.samples(k).count();
+        for _ in 0..in_batch {
             let next = match job.shutdown.clone() {
                 Some(mut stop) => tokio::select! {
                     s = loaded.next() => s,

@@ -9,9 +9,9 @@ use crate::grid::{Crs, Transformer};
 
 use super::page::escape;
 
-/// Drawing size in SVG units.
-const WIDTH: f64 = 720.0;
-const HEIGHT: f64 = 360.0;
+/// Drawing size in SVG units (one map per dataset).
+const WIDTH: f64 = 420.0;
+const HEIGHT: f64 = 280.0;
 /// Distinct colours, one per dataset.
 const COLOURS: [&str; 8] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -120,12 +120,16 @@ fn graticule_step(span: f64) -> f64 {
     STEPS.into_iter().find(|s| span / s <= 8.0).unwrap_or(90.0)
 }
 
-/// The SVG of `outlines`, `names[d]` labelling dataset `d` in the legend.
-pub fn svg(outlines: &[Outline], names: &[String]) -> String {
+/// The SVG map of dataset `d`'s outlines (those of `outlines` with `dataset == d`), fitted
+/// to their extent.
+pub fn svg(outlines: &[Outline], d: usize, name: &str) -> String {
+    let outlines: Vec<&Outline> = outlines.iter().filter(|o| o.dataset == d).collect();
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" id="footprints" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="dataset footprints">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="footprints" data-dataset="{}" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="footprints of {}">"#,
+        escape(name),
+        escape(name)
     );
     s.push_str(r##"<rect width="100%" height="100%" fill="#f7f7f2"/>"##);
     let pts = outlines.iter().flat_map(|o| o.points.iter());
@@ -159,14 +163,17 @@ pub fn svg(outlines: &[Outline], names: &[String]) -> String {
     } else {
         0
     };
+    // Labels: no "-0°".
+    let tidy = |g: f64| if g.abs() < step * 1e-6 { 0.0 } else { g };
     let mut g = (lon_lo / step).ceil() * step;
     while g <= lon_hi {
         let x = px(g);
         let _ = write!(
             s,
-            r##"<line x1="{x:.1}" y1="0" x2="{x:.1}" y2="{HEIGHT}" stroke="#ccc" stroke-width="0.6"/><text x="{:.1}" y="{:.1}" font-size="9" fill="#777">{g:.decimals$}°</text>"##,
+            r##"<line x1="{x:.1}" y1="0" x2="{x:.1}" y2="{HEIGHT}" stroke="#ccc" stroke-width="0.6"/><text x="{:.1}" y="{:.1}" font-size="9" fill="#777">{:.decimals$}°</text>"##,
             x + 2.0,
-            HEIGHT - 3.0
+            HEIGHT - 3.0,
+            tidy(g)
         );
         g += step;
     }
@@ -175,13 +182,14 @@ pub fn svg(outlines: &[Outline], names: &[String]) -> String {
         let y = py(g);
         let _ = write!(
             s,
-            r##"<line x1="0" y1="{y:.1}" x2="{WIDTH}" y2="{y:.1}" stroke="#ccc" stroke-width="0.6"/><text x="2" y="{:.1}" font-size="9" fill="#777">{g:.decimals$}°</text>"##,
-            y - 2.0
+            r##"<line x1="0" y1="{y:.1}" x2="{WIDTH}" y2="{y:.1}" stroke="#ccc" stroke-width="0.6"/><text x="2" y="{:.1}" font-size="9" fill="#777">{:.decimals$}°</text>"##,
+            y - 2.0,
+            tidy(g)
         );
         g += step;
     }
-    for o in outlines {
-        let colour = COLOURS[o.dataset % COLOURS.len()];
+    let colour = COLOURS[d % COLOURS.len()];
+    for o in &outlines {
         let points: Vec<String> = o
             .points
             .iter()
@@ -195,23 +203,10 @@ pub fn svg(outlines: &[Outline], names: &[String]) -> String {
         let _ = write!(
             s,
             r#"<polygon class="footprint" data-dataset="{}" points="{}" fill="{colour}" stroke="{colour}" stroke-width="1.2"{dash}><title>{}: {}</title></polygon>"#,
-            escape(names.get(o.dataset).map_or("", String::as_str)),
+            escape(name),
             points.join(" "),
-            escape(names.get(o.dataset).map_or("", String::as_str)),
+            escape(name),
             escape(&o.name),
-        );
-    }
-    for (d, name) in names.iter().enumerate() {
-        let colour = COLOURS[d % COLOURS.len()];
-        let y = 14.0 + d as f64 * 14.0;
-        let _ = write!(
-            s,
-            r##"<rect x="{:.0}" y="{:.0}" width="10" height="10" fill="{colour}"/><text x="{:.0}" y="{:.0}" font-size="11" fill="#333">{}</text>"##,
-            WIDTH - 150.0,
-            y - 9.0,
-            WIDTH - 136.0,
-            y,
-            escape(name)
         );
     }
     s.push_str("</svg>");
@@ -241,9 +236,9 @@ mod tests {
             points: vec![(0.0, 0.0), (1.0, 0.0), (1.0, 1.0)],
             dashed: false,
         };
-        let s = svg(&[o], &["a&b".into()]);
+        let s = svg(&[o], 0, "a&b");
         assert!(s.contains("&lt;script&gt;") && s.contains("a&amp;b") && !s.contains("<script>"));
-        assert!(svg(&[], &[]).contains("no georeferenced footprints"));
+        assert!(svg(&[], 0, "x").contains("no georeferenced footprints"));
         assert_eq!(graticule_step(3.0), 0.5);
     }
 }

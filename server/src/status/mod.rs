@@ -59,7 +59,7 @@ pub fn routes(app: App) -> axum::Router {
                             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
                             (header::CACHE_CONTROL, "no-store"),
                         ],
-                        page::render(&app, refresh),
+                        page::render(&app, refresh, q.get("preview").map(String::as_str)),
                     )
                         .into_response()
                 }

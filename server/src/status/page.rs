@@ -72,11 +72,12 @@ const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:24px;color:#222;
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:24px 0 8px}\
 table{border-collapse:collapse}th,td{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left}\
 th{background:#f2f2f2}td.n{text-align:right;font-variant-numeric:tabular-nums}\
-.muted{color:#777}progress{width:120px}iframe{border:1px solid #ccc;width:100%;height:560px}\
-.grid{display:flex;gap:24px;flex-wrap:wrap}";
+.muted{color:#777}progress{width:120px}iframe{border:1px solid #ccc;width:840px;height:560px}\
+.grid{display:flex;gap:24px;flex-wrap:wrap}figure{margin:0}figcaption{font-weight:600;margin:4px 0}";
 
-/// The whole page. `refresh`: seconds between automatic reloads (none when None).
-pub fn render(app: &App, refresh: Option<u32>) -> String {
+/// The whole page. `refresh`: seconds between automatic reloads (none when None);
+/// `preview`: a dataset whose preview the page opens with.
+pub fn render(app: &App, refresh: Option<u32>, preview: Option<&str>) -> String {
     let mut h = String::with_capacity(32 << 10);
     let _ = write!(
         h,
@@ -103,8 +104,12 @@ pub fn render(app: &App, refresh: Option<u32>) -> String {
     figures(&mut h, app);
     h.push_str(
         "<h2>Preview</h2><p class=\"muted\">Click a dataset's <em>preview</em> to draw one batch of random \
-         samples here.</p><iframe name=\"preview\" id=\"preview\" title=\"sample preview\"></iframe></body></html>",
+         samples here.</p><iframe name=\"preview\" id=\"preview\" title=\"sample preview\"",
     );
+    if let Some(d) = preview.filter(|d| app.catalog.get(d).is_some()) {
+        let _ = write!(h, " src=\"/preview.png?dataset={}\"", url_escape(d));
+    }
+    h.push_str("></iframe></body></html>");
     h
 }
 
@@ -148,10 +153,17 @@ fn datasets(h: &mut String, app: &App) {
             url_escape(&ds.name),
         );
     }
-    h.push_str("</table><h2>Footprints</h2>");
-    let names: Vec<String> = all.iter().map(|d| d.name.clone()).collect();
-    h.push_str(&map::svg(&map::outlines(&all), &names));
-    h.push_str("<p class=\"muted\">Solid: scene grids. Dashed: STAC Item bboxes. Lon/lat, no basemap.</p>");
+    h.push_str("</table><h2>Footprints</h2><div class=\"grid\">");
+    let outlines = map::outlines(&all);
+    for (d, ds) in all.iter().enumerate() {
+        let _ = write!(
+            h,
+            "<figure><figcaption>{}</figcaption>{}</figure>",
+            escape(&ds.name),
+            map::svg(&outlines, d, &ds.name)
+        );
+    }
+    h.push_str("</div><p class=\"muted\">Solid: scene grids. Dashed: STAC Item bboxes. Lon/lat, no basemap.</p>");
 }
 
 /// `text` as a URL query value.
@@ -184,8 +196,7 @@ fn streams(h: &mut String, app: &App) {
         let job_wait: f64 = waits
             .iter()
             .filter(|(l, _)| label(l, "dataset") == s.dataset && label(l, "job") == s.job)
-            .map(|(_, v)| v)
-            .sum();
+            .fold(0.0, |a, (_, v)| a + v);
         let p = s.progress();
         let _ = write!(
             h,

@@ -1,0 +1,267 @@
+//! The status page against a running daemon: datasets, footprints and a live stream in the
+//! HTML, previews as PNG, the metrics token (bearer or Basic), nothing the API would not
+//! show, and the page loaded in a real headless Chromium (DOM and screenshot).
+//!
+//! Chromium is Debian's `chromium`; without it the browser part is skipped, unless
+//! `COGFEED_REQUIRE_BROWSER=1` (CI) makes that a failure. `COGFEED_SCREENSHOT_DIR` keeps
+//! the screenshot and a preview there (the README's pictures).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+
+use base64::Engine;
+use futures::StreamExt;
+use sha2::Digest;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use cogfeed_client::{Client, pb};
+use cogfeed_server::app::App;
+use cogfeed_server::config::Config;
+
+struct Reply {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+async fn get(addr: SocketAddr, path: &str, authorization: Option<&str>) -> Reply {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let split = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&out[..split]).into_owned();
+    let status = head[9..12].parse().unwrap();
+    let mut body = out[split + 4..].to_vec();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    Reply { status, head, body }
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..line]).unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[line + 2..line + 2 + n]);
+        b = &b[line + 2 + n + 2..];
+    }
+}
+
+/// Width and height from a PNG's IHDR.
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    let w = u32::from_be_bytes(png[16..20].try_into().unwrap());
+    let h = u32::from_be_bytes(png[20..24].try_into().unwrap());
+    (w, h)
+}
+
+struct Running {
+    grpc: String,
+    http: SocketAddr,
+    _dir: tempfile::TempDir,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn start(token: Option<&str>) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    cogfeed_server::demo::write_demo(dir.path()).unwrap();
+    cogfeed_server::demo_stac::write_stac_demo(&dir.path().join("stac")).unwrap();
+    let mut config = Config::demo_default(dir.path());
+    if let Some(t) = token {
+        config.auth.metrics_token_sha256 = Some(hex::encode(sha2::Sha256::digest(t.as_bytes())));
+    }
+    let app = App::build(config).await.unwrap();
+    let grpc_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let grpc = grpc_listener.local_addr().unwrap().to_string();
+    let http = http_listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let metrics = app.clone();
+    tokio::spawn(async move { metrics.serve_metrics(http_listener, std::future::pending()).await });
+    tokio::spawn(async move {
+        app.serve(grpc_listener, async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap()
+    });
+    Running {
+        grpc,
+        http,
+        _dir: dir,
+        _stop: tx,
+    }
+}
+
+/// A stream that outlasts the test: 8 MiB batches, far more than HTTP/2 buffers hold, so it
+/// stays open while nobody reads.
+fn request(dataset: &str, job: &str) -> pb::StreamBatchesRequest {
+    pb::StreamBatchesRequest {
+        dataset: dataset.into(),
+        job: job.into(),
+        sampler: pb::Sampler::Random as i32,
+        patch_size: 256,
+        batch_size: 16,
+        samples_per_epoch: 100_000,
+        world_size: 2,
+        rank: 1,
+        dtype: "native".into(),
+        ..Default::default()
+    }
+}
+
+fn chromium() -> Option<&'static str> {
+    let found = ["chromium", "chromium-browser"].into_iter().find(|b| {
+        Command::new(b)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("COGFEED_REQUIRE_BROWSER").as_deref() != Ok("1"),
+            "COGFEED_REQUIRE_BROWSER=1 but no chromium: install Debian's chromium"
+        );
+        eprintln!("skipping the browser part: no chromium on this machine");
+    }
+    found
+}
+
+/// Runs headless Chromium on `url` with `args`; returns stdout.
+fn browse(bin: &str, profile: &Path, url: &str, args: &[&str]) -> String {
+    let out = Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_datasets_footprints_and_live_streams_in_a_real_browser() {
+    let d = start(None).await;
+    let page = get(d.http, "/", None).await;
+    assert_eq!(page.status, 200);
+    assert!(page.head.contains("text/html"));
+    let html = String::from_utf8(page.body).unwrap();
+    assert!(html.contains(r#"data-name="demo""#) && html.contains(r#"data-name="demo-stac""#));
+    assert!(html.contains("No stream is open."));
+    // Four demo scenes and two STAC reference grids, plus three Item bboxes.
+    assert!(html.matches(r#"class="footprint""#).count() >= 9, "{html}");
+    // Names only: never the data directory the URLs point into.
+    assert!(!html.contains(d._dir.path().to_str().unwrap()));
+    assert!(!html.contains("file://"));
+
+    // A stream that stays open while the page is read.
+    let mut client = Client::connect(&d.grpc).await.unwrap();
+    let mut stream = Box::pin(client.stream(request("demo", "train-unet")).await.unwrap());
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(first.cursor > 0);
+    let html = String::from_utf8(get(d.http, "/", None).await.body).unwrap();
+    assert!(
+        html.contains(r#"<tr class="stream" data-dataset="demo" data-job="train-unet">"#),
+        "{html}"
+    );
+    assert!(html.contains("1/2"), "rank/world shown");
+
+    let png = get(d.http, "/preview.png?dataset=demo-stac&seed=3", None).await;
+    assert_eq!(png.status, 200, "{}", String::from_utf8_lossy(&png.body));
+    let (w, h) = png_size(&png.body);
+    assert!(w > 300 && h > 300, "{w}x{h}");
+    let demo = get(d.http, "/preview.png?dataset=demo", None).await;
+    assert_eq!(demo.status, 200);
+    assert_eq!(get(d.http, "/preview.png?dataset=nope", None).await.status, 404);
+    assert_eq!(get(d.http, "/preview.png", None).await.status, 400);
+
+    if let Some(bin) = chromium() {
+        let profile = tempfile::tempdir().unwrap();
+        let url = format!("http://{}/?preview=demo-stac", d.http);
+        let dom = browse(bin, profile.path(), &url, &["--dump-dom"]);
+        assert!(dom.contains(r#"src="/preview.png?dataset=demo-stac""#));
+        assert!(
+            dom.contains(r#"data-name="demo-stac""#) && dom.contains(r#"data-job="train-unet""#),
+            "{dom}"
+        );
+        assert!(dom.contains("<svg") && dom.contains("footprint"));
+        let shots = std::env::var("COGFEED_SCREENSHOT_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|_| profile.path().to_path_buf());
+        std::fs::create_dir_all(&shots).unwrap();
+        let shot = shots.join("status-page.png");
+        browse(
+            bin,
+            profile.path(),
+            &url,
+            &[&format!("--screenshot={}", shot.display()), "--window-size=1100,1700"],
+        );
+        let bytes = std::fs::read(&shot).unwrap();
+        assert_eq!(png_size(&bytes), (1100, 1700));
+        assert!(
+            bytes.len() > 20_000,
+            "a blank screenshot is tiny: {} bytes",
+            bytes.len()
+        );
+        std::fs::write(shots.join("preview-demo-stac.png"), &png.body).unwrap();
+    }
+    drop(stream);
+    // The entry goes with its stream.
+    let mut gone = false;
+    for _ in 0..50 {
+        let html = String::from_utf8(get(d.http, "/", None).await.body).unwrap();
+        if !html.contains("train-unet") {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(gone, "a closed stream left the page");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_and_its_pictures_need_the_metrics_token() {
+    let d = start(Some("ops-secret")).await;
+    let basic = |up: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(up));
+    for path in ["/", "/preview.png?dataset=demo"] {
+        let r = get(d.http, path, None).await;
+        assert_eq!(r.status, 401, "{path}");
+        assert!(r.head.contains("Basic realm"), "{}", r.head);
+        assert_eq!(get(d.http, path, Some("Bearer wrong")).await.status, 401);
+        assert_eq!(get(d.http, path, Some(&basic("ops:wrong"))).await.status, 401);
+        assert_eq!(
+            get(d.http, path, Some(&basic("anyone:ops-secret"))).await.status,
+            200,
+            "{path}"
+        );
+        assert_eq!(get(d.http, path, Some("Bearer ops-secret")).await.status, 200, "{path}");
+    }
+    // The token is never echoed into the page.
+    let html = get(d.http, "/", Some("Bearer ops-secret")).await.body;
+    assert!(!String::from_utf8(html).unwrap().contains("ops-secret"));
+}
