@@ -110,8 +110,8 @@ def preview_flags(options):
         if key == "rgb":
             flags.append(f"--rgb={','.join(map(str, value))}")
         elif key == "percentiles":
-            # Two values: clap's num_args = 2 counts them before splitting at commas.
-            flags += ["--percentiles", *map(str, value)]
+            # "low,high", as the help says.
+            flags += ["--percentiles", ",".join(map(str, value))]
         else:
             flags.append(f"--{key}={value}")
     return flags
