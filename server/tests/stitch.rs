@@ -210,6 +210,10 @@ async fn every_blend_matches_a_whole_scene_reference_and_writes_a_cog() {
 fn gdal_says_cog(path: &std::path::Path) {
     let script = "/usr/lib/python3/dist-packages/osgeo_utils/samples/validate_cloud_optimized_geotiff.py";
     if !std::path::Path::new(script).exists() {
+        assert!(
+            std::env::var("COGFEED_REQUIRE_GDAL").as_deref() != Ok("1"),
+            "COGFEED_REQUIRE_GDAL=1 but {script} is missing: install python3-gdal"
+        );
         eprintln!("GDAL's COG validator is not installed: skipped");
         return;
     }

@@ -7,7 +7,7 @@ were compressed ahead of time into a spool file.
 The files are little-endian TIFF: K float32 bands (SampleFormat 3, BitsPerSample 32),
 pixel-interleaved (PlanarConfiguration 1), MinIsBlack with K - 1 unspecified ExtraSamples,
 square tiles (edge tiles padded to the full tile size with NaN), DEFLATE (Compression 8,
-zlib level 6, Predictor 1) and GDAL_NODATA "nan". The layout is the COG one: the header,
+zlib level 1, Predictor 1) and GDAL_NODATA "nan". The layout is the COG one: the header,
 then every IFD with its out-of-line values (full resolution first, then the overviews from
 largest to smallest, NewSubfileType 1), then the tile data (smallest overview first, full
 resolution last, each level's tiles in row-major order). Georeferencing lives on the
@@ -28,8 +28,9 @@ import numpy as np
 ASCII, SHORT, LONG, DOUBLE, LONG8 = 2, 3, 4, 12, 16
 _TYPES = {ASCII: "s", SHORT: "H", LONG: "I", DOUBLE: "d", LONG8: "Q"}
 
-#: zlib level of the tiles.
-DEFLATE_LEVEL = 6
+#: zlib level of the tiles: on float32 predictions level 1 is about 5x faster than 6 and no
+#: larger (measured on the demo scenes).
+DEFLATE_LEVEL = 1
 _CLASSIC_LIMIT = 0xFFFFFFFF
 
 

@@ -385,8 +385,8 @@ class Stitcher:
             self._scenes.clear()
             if self.incomplete_tiles:
                 warnings.warn(f"{self.incomplete_tiles} of {total} tiles of the scenes still open at finish() lacked "
-                              "windows (skipped samples, a dropped epoch tail, an interrupted stream?): written with "
-                              "what arrived, NaN where nothing did", stacklevel=2)
+                              "windows (skipped samples, max_batches, another rank's share, an interrupted "
+                              "stream?): written with what arrived, NaN where nothing did", stacklevel=2)
         return [self._written[s] for s in sorted(self._written)]
 
     def _discard(self):

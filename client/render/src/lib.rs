@@ -147,6 +147,7 @@ impl Picture {
         let mut enc = png::Encoder::new(&mut out, self.width as u32, self.height as u32);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
+        enc.set_compression(png::Compression::Fast);
         let mut w = enc.write_header()?;
         w.write_image_data(&self.rgb)?;
         w.finish()?;
