@@ -6,6 +6,8 @@
 //! `COGFEED_REQUIRE_BROWSER=1` (CI) makes that a failure. `COGFEED_SCREENSHOT_DIR` keeps
 //! the screenshot and a preview there (the README's pictures).
 
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;

@@ -3,6 +3,8 @@
 //! python3-gdal is there) equals a reference accumulated over the whole scene in the test,
 //! with the scene's geotransform and overviews.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
+
 mod common;
 
 use std::sync::Arc;
