@@ -20,9 +20,10 @@ _DTYPES = {
 
 
 def numpy_dtype(name):
-    """The little-endian numpy dtype of a tensor dtype name (bfloat16 as uint16 bits)."""
+    """The little-endian numpy dtype of a tensor dtype name (bfloat16 as uint16 bits, marked
+    `dtype.metadata == {"cogfeed": "bfloat16"}` so they are not taken for integers)."""
     if name == "bfloat16":
-        return np.dtype("<u2")
+        return np.dtype("<u2", metadata={"cogfeed": "bfloat16"})
     try:
         return np.dtype(_DTYPES[name]).newbyteorder("<")
     except KeyError:

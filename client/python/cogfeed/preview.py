@@ -138,6 +138,8 @@ def _float32(a, nodata=None):
     """`a` as float32 with no data (values equal to `nodata`, compared in float64) and NaN
     as NaN."""
     name = a.dtype.name
+    if (a.dtype.metadata or {}).get("cogfeed") == "bfloat16":
+        name = "bfloat16"
     if a.dtype.kind not in "iuf" or name not in DRAWN_DTYPES:
         raise _error(f"{name} layers are not drawn (stream them as native or float32)")
     wide = a.astype(np.float64)

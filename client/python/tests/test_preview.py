@@ -238,3 +238,7 @@ def test_refusals_are_value_errors():
     label = np.zeros((3, 8, 8), np.uint8)
     with pytest.raises(ValueError, match="label holds 3 samples, not 2"):
         cogfeed.preview(hand_batch(image, label=label))
+    # bfloat16 arrives as uint16 bits, marked so; the CLI refuses it too.
+    from cogfeed._tensor import numpy_dtype
+    with pytest.raises(ValueError, match="bfloat16 layers are not drawn"):
+        cogfeed.preview(hand_batch(image.view(numpy_dtype("bfloat16"))))

@@ -12,6 +12,9 @@ use super::page::escape;
 /// Drawing size in SVG units (one map per dataset).
 const WIDTH: f64 = 420.0;
 const HEIGHT: f64 = 280.0;
+/// Outlines drawn per dataset at most (scenes and Items each): a 100 000-Item archive
+/// must not make a 100 MB page.
+pub const MAX_OUTLINES: usize = 1000;
 /// Distinct colours, one per dataset.
 const COLOURS: [&str; 8] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -71,7 +74,7 @@ pub fn outlines(datasets: &[std::sync::Arc<Dataset>]) -> Vec<Outline> {
     for (di, ds) in datasets.iter().enumerate() {
         match &ds.map {
             Some(map) => {
-                for (i, g) in map.grids.iter().enumerate() {
+                for (i, g) in map.grids.iter().enumerate().take(MAX_OUTLINES) {
                     let t = &g.transform;
                     let gt = [t.c, t.a, t.b, t.f, t.d, t.e];
                     if let Some(points) = grid_outline(gt, g.width as f64, g.height as f64, g.crs.code()) {
@@ -84,7 +87,7 @@ pub fn outlines(datasets: &[std::sync::Arc<Dataset>]) -> Vec<Outline> {
                         });
                     }
                 }
-                for (id, b) in map.item_boxes() {
+                for (id, b) in map.item_boxes().take(MAX_OUTLINES) {
                     out.push(Outline {
                         dataset: di,
                         name: id.to_string(),
@@ -94,7 +97,7 @@ pub fn outlines(datasets: &[std::sync::Arc<Dataset>]) -> Vec<Outline> {
                 }
             }
             None => {
-                for s in &ds.scenes {
+                for s in ds.scenes.iter().take(MAX_OUTLINES) {
                     let h = s.object.cog.header();
                     let (Some(gt), Some(epsg), Some(l0)) = (h.geo.geotransform, h.geo.epsg, h.levels.first()) else {
                         continue;

@@ -156,9 +156,19 @@ fn datasets(h: &mut String, app: &App) {
     h.push_str("</table><h2>Footprints</h2><div class=\"grid\">");
     let outlines = map::outlines(&all);
     for (d, ds) in all.iter().enumerate() {
+        let many =
+            ds.scenes.len() > map::MAX_OUTLINES || ds.map.as_ref().is_some_and(|m| m.item_count() > map::MAX_OUTLINES);
+        let note = if many {
+            format!(
+                " <span class=\"muted\">(the first {} scenes and Items)</span>",
+                map::MAX_OUTLINES
+            )
+        } else {
+            String::new()
+        };
         let _ = write!(
             h,
-            "<figure><figcaption>{}</figcaption>{}</figure>",
+            "<figure><figcaption>{}{note}</figcaption>{}</figure>",
             escape(&ds.name),
             map::svg(&outlines, d, &ds.name)
         );
