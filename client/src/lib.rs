@@ -119,7 +119,8 @@ pub struct Batch {
 }
 
 impl Tensor {
-    fn to_pb(&self) -> pb::Tensor {
+    /// The tensor as its wire message (bytes shared, not copied).
+    pub fn to_pb(&self) -> pb::Tensor {
         pb::Tensor {
             dtype: self.dtype.clone(),
             shape: self.shape.iter().map(|&d| d as i64).collect(),

@@ -8,6 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
+use cogfeed_render::tiff::{Entry, georeferencing, ifd_len, write_ifd};
+
 use crate::rng::Rng;
 
 /// Size of each demo scene in pixels.
@@ -45,10 +47,6 @@ impl Georef {
             pixel_y: None,
             nodata: None,
         }
-    }
-
-    fn geographic(&self) -> bool {
-        (4000..5000).contains(&self.epsg)
     }
 }
 
@@ -195,41 +193,6 @@ fn tiles(img: &Image) -> Vec<Vec<u8>> {
     out
 }
 
-/// One IFD entry: tag, type, values (already little-endian bytes), count.
-struct Entry {
-    tag: u16,
-    typ: u16,
-    count: u32,
-    bytes: Vec<u8>,
-}
-
-fn shorts(tag: u16, v: &[u16]) -> Entry {
-    Entry {
-        tag,
-        typ: 3,
-        count: v.len() as u32,
-        bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-    }
-}
-
-fn longs(tag: u16, v: &[u32]) -> Entry {
-    Entry {
-        tag,
-        typ: 4,
-        count: v.len() as u32,
-        bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-    }
-}
-
-fn doubles(tag: u16, v: &[f64]) -> Entry {
-    Entry {
-        tag,
-        typ: 12,
-        count: v.len() as u32,
-        bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-    }
-}
-
 /// Writes a single-band raster of `size` x `size` unsigned `bits`-bit samples (8 or 16,
 /// little-endian in `data`) as a COG with one overview, e.g. a label raster.
 pub fn write_band(path: &Path, size: u32, bits: u16, data: Vec<u8>) -> std::io::Result<()> {
@@ -286,66 +249,46 @@ fn write_cog(path: &Path, img: &Image, georef: &Georef) -> std::io::Result<()> {
     let build = |level: usize, im: &Image, offsets: &[u32], counts: &[u32]| -> Vec<Entry> {
         let b = im.bands as usize;
         let mut e = vec![
-            longs(254, &[if level == 0 { 0 } else { 1 }]),
-            longs(256, &[im.width]),
-            longs(257, &[im.height]),
-            shorts(258, &vec![im.bits; b]),
-            shorts(259, &[8]),
-            shorts(262, &[1]),
-            shorts(277, &[im.bands as u16]),
-            shorts(284, &[1]),
-            shorts(317, &[2]),
-            shorts(322, &[TILE as u16]),
-            shorts(323, &[TILE as u16]),
-            longs(324, offsets),
-            longs(325, counts),
-            shorts(339, &vec![1; b]),
+            Entry::longs(254, &[if level == 0 { 0 } else { 1 }]),
+            Entry::longs(256, &[im.width]),
+            Entry::longs(257, &[im.height]),
+            Entry::shorts(258, &vec![im.bits; b]),
+            Entry::shorts(259, &[8]),
+            Entry::shorts(262, &[1]),
+            Entry::shorts(277, &[im.bands as u16]),
+            Entry::shorts(284, &[1]),
+            Entry::shorts(317, &[2]),
+            Entry::shorts(322, &[TILE as u16]),
+            Entry::shorts(323, &[TILE as u16]),
+            Entry::longs(324, offsets),
+            Entry::longs(325, counts),
+            Entry::shorts(339, &vec![1; b]),
         ];
         if b > 1 {
-            e.push(shorts(338, &vec![0; b - 1]));
+            e.push(Entry::shorts(338, &vec![0; b - 1]));
         }
         if level == 0 {
             let g = georef;
-            e.push(doubles(33550, &[g.pixel, g.pixel_y.unwrap_or(g.pixel), 0.0]));
-            e.push(doubles(33922, &[0.0, 0.0, 0.0, g.x0, g.y0, 0.0]));
-            let (model, key) = if g.geographic() { (2, 2048) } else { (1, 3072) };
-            e.push(shorts(
-                34735,
-                &[1, 1, 0, 3, 1024, 0, 1, model, 1025, 0, 1, 1, key, 0, 1, g.epsg],
-            ));
+            let gt = [g.x0, g.pixel, 0.0, g.y0, 0.0, -g.pixel_y.unwrap_or(g.pixel)];
+            e.extend(georeferencing(gt, Some(g.epsg as u32)));
         }
         if let Some(nd) = georef.nodata {
-            let mut text = format!("{nd}").into_bytes();
-            text.push(0);
-            e.push(Entry {
-                tag: 42113,
-                typ: 2,
-                count: text.len() as u32,
-                bytes: text,
-            });
+            e.push(Entry::ascii(42113, &format!("{nd}")));
         }
         e.sort_by_key(|x| x.tag);
         e
     };
-    let sizes: Vec<(usize, usize)> = all
+    let header_len: u64 = 8 + all
         .iter()
         .enumerate()
         .map(|(l, im)| {
             let n = compressed[l].len();
-            let entries = build(l, im, &vec![0; n], &vec![0; n]);
-            let ifd = 2 + entries.len() * 12 + 4;
-            let extra: usize = entries
-                .iter()
-                .filter(|e| e.bytes.len() > 4)
-                .map(|e| e.bytes.len().div_ceil(2) * 2)
-                .sum();
-            (ifd, extra)
+            ifd_len(&build(l, im, &vec![0; n], &vec![0; n]))
         })
-        .collect();
-    let header_len: usize = 8 + sizes.iter().map(|(a, b)| a + b).sum::<usize>();
+        .sum::<u64>();
     // Tile data: smallest level first, as COGs do.
     let mut data_offsets: Vec<Vec<u32>> = vec![Vec::new(); all.len()];
-    let mut pos = header_len;
+    let mut pos = header_len as usize;
     for l in (0..all.len()).rev() {
         for t in &compressed[l] {
             data_offsets[l].push(pos as u32);
@@ -355,41 +298,16 @@ fn write_cog(path: &Path, img: &Image, georef: &Georef) -> std::io::Result<()> {
     let mut out = Vec::with_capacity(pos);
     out.extend_from_slice(b"II*\0");
     out.extend_from_slice(&8u32.to_le_bytes());
-    let mut ifd_start = 8usize;
     for (l, im) in all.iter().enumerate() {
         let counts: Vec<u32> = compressed[l].iter().map(|t| t.len() as u32).collect();
         let entries = build(l, im, &data_offsets[l], &counts);
-        let (ifd_len, extra_len) = sizes[l];
-        let mut extra_pos = ifd_start + ifd_len;
+        let start = out.len() as u64;
         let next = if l + 1 < all.len() {
-            ifd_start + ifd_len + extra_len
+            start + ifd_len(&entries)
         } else {
             0
         };
-        let mut ifd = Vec::new();
-        let mut extra = Vec::new();
-        ifd.extend_from_slice(&(entries.len() as u16).to_le_bytes());
-        for e in &entries {
-            ifd.extend_from_slice(&e.tag.to_le_bytes());
-            ifd.extend_from_slice(&e.typ.to_le_bytes());
-            ifd.extend_from_slice(&e.count.to_le_bytes());
-            if e.bytes.len() <= 4 {
-                let mut v = e.bytes.clone();
-                v.resize(4, 0);
-                ifd.extend_from_slice(&v);
-            } else {
-                ifd.extend_from_slice(&(extra_pos as u32).to_le_bytes());
-                extra.extend_from_slice(&e.bytes);
-                if e.bytes.len() % 2 == 1 {
-                    extra.push(0);
-                }
-                extra_pos += e.bytes.len().div_ceil(2) * 2;
-            }
-        }
-        ifd.extend_from_slice(&(next as u32).to_le_bytes());
-        out.extend_from_slice(&ifd);
-        out.extend_from_slice(&extra);
-        ifd_start = next;
+        write_ifd(&mut out, &entries, start, next);
     }
     for l in (0..all.len()).rev() {
         for t in &compressed[l] {

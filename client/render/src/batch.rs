@@ -65,8 +65,8 @@ fn arrays(b: &pb::Batch) -> Vec<(&str, &pb::Tensor)> {
     out
 }
 
-/// The values of `t` as f32 (no data as NaN), with its shape.
-fn to_f32(t: &pb::Tensor, nodata: Option<f64>) -> Result<Vec<f32>, RenderError> {
+/// The values of `t` as f32 (`nodata` and NaN as NaN); float16/bfloat16 are refused.
+pub fn values_f32(t: &pb::Tensor, nodata: Option<f64>) -> Result<Vec<f32>, RenderError> {
     let d = &t.data[..];
     macro_rules! conv {
         ($ty:ty) => {{
@@ -108,7 +108,7 @@ fn to_f32(t: &pb::Tensor, nodata: Option<f64>) -> Result<Vec<f32>, RenderError> 
 }
 
 /// `[B, C, H, W]` (or `[B, H, W]` as one channel) of a tensor.
-fn dims(t: &pb::Tensor) -> Result<[usize; 4], RenderError> {
+pub fn dims(t: &pb::Tensor) -> Result<[usize; 4], RenderError> {
     let s: Vec<usize> = t.shape.iter().map(|&d| d.max(0) as usize).collect();
     match s[..] {
         [b, c, h, w] => Ok([b, c, h, w]),
@@ -206,7 +206,7 @@ pub fn preview(info: &pb::DatasetInfo, b: &pb::Batch, o: &Options) -> Result<Pre
     let li = layer_info(name);
     let names = li.map(|l| l.assets.clone()).unwrap_or_default();
     let picked = pick_bands(&o.rgb, &names, channels)?;
-    let values = to_f32(tensor, li.map(|l| l.nodata))?;
+    let values = values_f32(tensor, li.map(|l| l.nodata))?;
     let plane = height * width;
     let channels_out = picked
         .iter()
@@ -238,7 +238,7 @@ pub fn preview(info: &pb::DatasetInfo, b: &pb::Batch, o: &Options) -> Result<Pre
                     "{cn} holds {cb} samples of {c} channels, not {samples} of at least one"
                 )));
             }
-            let v = to_f32(t, None)?;
+            let v = values_f32(t, None)?;
             let plane = ch * cw;
             // First channel of each sample.
             let values = (0..samples)

@@ -14,6 +14,8 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use crate::tiff::{Entry, georeferencing, ifd_len, write_ifd};
+
 /// Where the raster is on the Earth.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Georef {
@@ -303,30 +305,7 @@ impl CogWriter {
         if l == 0
             && let Some(g) = &self.georef
         {
-            let t = g.geotransform;
-            if t[2] == 0.0 && t[4] == 0.0 {
-                e.push(Entry::doubles(33550, &[t[1], -t[5], 0.0]));
-                e.push(Entry::doubles(33922, &[0.0, 0.0, 0.0, t[0], t[3], 0.0]));
-            } else {
-                e.push(Entry::doubles(
-                    34264,
-                    &[
-                        t[1], t[2], 0.0, t[0], t[4], t[5], 0.0, t[3], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0,
-                    ],
-                ));
-            }
-            if let Some(code) = g.epsg {
-                let code = code.min(u16::MAX as u32) as u16;
-                let (model, key) = if (4000..5000).contains(&code) {
-                    (2, 2048)
-                } else {
-                    (1, 3072)
-                };
-                e.push(Entry::shorts(
-                    34735,
-                    &[1, 1, 0, 3, 1024, 0, 1, model, 1025, 0, 1, 1, key, 0, 1, code],
-                ));
-            }
+            e.extend(georeferencing(g.geotransform, g.epsg));
         }
         e.sort_by_key(|x| x.tag);
         e
@@ -341,91 +320,6 @@ impl Drop for CogWriter {
 
 struct Layout {
     head: Vec<u8>,
-}
-
-/// One IFD entry: tag, type, count, value bytes (little-endian).
-struct Entry {
-    tag: u16,
-    typ: u16,
-    count: u32,
-    bytes: Vec<u8>,
-}
-
-impl Entry {
-    fn shorts(tag: u16, v: &[u16]) -> Self {
-        Self {
-            tag,
-            typ: 3,
-            count: v.len() as u32,
-            bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        }
-    }
-
-    fn longs(tag: u16, v: &[u32]) -> Self {
-        Self {
-            tag,
-            typ: 4,
-            count: v.len() as u32,
-            bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        }
-    }
-
-    fn doubles(tag: u16, v: &[f64]) -> Self {
-        Self {
-            tag,
-            typ: 12,
-            count: v.len() as u32,
-            bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        }
-    }
-
-    fn ascii(tag: u16, s: &str) -> Self {
-        let mut bytes = s.as_bytes().to_vec();
-        bytes.push(0);
-        Self {
-            tag,
-            typ: 2,
-            count: bytes.len() as u32,
-            bytes,
-        }
-    }
-}
-
-/// Bytes of an IFD and its out-of-line values (each padded to an even length).
-fn ifd_len(entries: &[Entry]) -> u64 {
-    let table = 2 + entries.len() as u64 * 12 + 4;
-    let extra: u64 = entries
-        .iter()
-        .filter(|e| e.bytes.len() > 4)
-        .map(|e| e.bytes.len().div_ceil(2) as u64 * 2)
-        .sum();
-    table + extra
-}
-
-/// Appends the IFD that starts at `start`, its values right after its table.
-fn write_ifd(out: &mut Vec<u8>, entries: &[Entry], start: u64, next: u64) {
-    let mut extra_pos = start + 2 + entries.len() as u64 * 12 + 4;
-    let mut extra = Vec::new();
-    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
-    for e in entries {
-        out.extend_from_slice(&e.tag.to_le_bytes());
-        out.extend_from_slice(&e.typ.to_le_bytes());
-        out.extend_from_slice(&e.count.to_le_bytes());
-        if e.bytes.len() <= 4 {
-            let mut v = e.bytes.clone();
-            v.resize(4, 0);
-            out.extend_from_slice(&v);
-        } else {
-            out.extend_from_slice(&(extra_pos as u32).to_le_bytes());
-            extra.extend_from_slice(&e.bytes);
-            if e.bytes.len() % 2 == 1 {
-                extra.push(0);
-            }
-            extra_pos += e.bytes.len().div_ceil(2) as u64 * 2;
-        }
-    }
-    out.extend_from_slice(&(next as u32).to_le_bytes());
-    out.extend_from_slice(&extra);
 }
 
 #[cfg(test)]

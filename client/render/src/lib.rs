@@ -18,6 +18,7 @@
 
 pub mod batch;
 pub mod cog;
+pub mod tiff;
 
 use thiserror::Error;
 

@@ -13,32 +13,9 @@ use super::progress;
 
 /// The tensor's values as f32 `[B, C, H, W]` (a `[B, H, W]` label as one channel).
 fn as_f32(t: &Tensor) -> anyhow::Result<(Vec<f32>, [usize; 4])> {
-    let shape = match t.shape[..] {
-        [b, c, h, w] => [b, c, h, w],
-        [b, h, w] => [b, 1, h, w],
-        _ => anyhow::bail!("cannot stitch a tensor of shape {:?}", t.shape),
-    };
-    macro_rules! conv {
-        ($ty:ty) => {
-            t.values::<$ty>()
-                .ok_or_else(|| anyhow::anyhow!("malformed {} tensor", t.dtype))?
-                .iter()
-                .map(|&v| v as f32)
-                .collect()
-        };
-    }
-    let v: Vec<f32> = match t.dtype.as_str() {
-        "uint8" => conv!(u8),
-        "int8" => conv!(i8),
-        "uint16" => conv!(u16),
-        "int16" => conv!(i16),
-        "uint32" => conv!(u32),
-        "int32" => conv!(i32),
-        "float32" => conv!(f32),
-        "float64" => conv!(f64),
-        other => anyhow::bail!("cannot stitch {other} values (stream native or float32)"),
-    };
-    Ok((v, shape))
+    let t = t.to_pb();
+    let shape = cogfeed_render::batch::dims(&t)?;
+    Ok((cogfeed_render::batch::values_f32(&t, None)?, shape))
 }
 
 /// Streams `request` (a grid) and writes the stitched layer; returns the files written.

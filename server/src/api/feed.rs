@@ -26,7 +26,7 @@ use super::connections;
 use super::convert;
 use super::job;
 use super::stream::{MeteredStream, StreamLease, StreamQueue};
-use crate::status::live::{LiveStreams, NewStream};
+use crate::status::live::{LiveStreams, StreamInfo};
 
 /// Metadata a client sends at each stream open: seconds its training loop waited for data
 /// since its previous stream open.
@@ -185,7 +185,7 @@ impl Feed for FeedService {
         let labels = [job.dataset.name.clone(), self.metrics.job_label(&r.get_ref().job)];
         let label_refs = [labels[0].as_str(), labels[1].as_str()];
         let reported_wait = self.record_data_wait(&r, &label_refs);
-        let live = self.live.open(NewStream {
+        let live = self.live.open(StreamInfo {
             dataset: labels[0].clone(),
             job: labels[1].clone(),
             rank: job.share.rank,

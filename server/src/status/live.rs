@@ -12,18 +12,7 @@ use std::time::Instant;
 #[derive(Debug)]
 pub struct LiveStream {
     pub id: u64,
-    pub dataset: String,
-    /// The job's name as its metrics label (bounded, so the page is too).
-    pub job: String,
-    pub rank: u64,
-    pub world: u64,
-    pub epoch: u64,
-    /// Samples in the whole epoch (all ranks).
-    pub samples_in_epoch: u64,
-    /// Batches this stream will send.
-    pub batches: u64,
-    /// The client's reported data wait at this stream's open, seconds.
-    pub reported_wait: f64,
+    pub info: StreamInfo,
     pub started: Instant,
     cursor: AtomicU64,
     sent_batches: AtomicU64,
@@ -84,24 +73,29 @@ impl LiveStream {
 
     /// Fraction of the epoch behind the cursor.
     pub fn progress(&self) -> f64 {
-        if self.samples_in_epoch == 0 {
+        if self.info.samples_in_epoch == 0 {
             return 1.0;
         }
-        (self.cursor.load(Ordering::Relaxed) as f64 / self.samples_in_epoch as f64).min(1.0)
+        (self.cursor.load(Ordering::Relaxed) as f64 / self.info.samples_in_epoch as f64).min(1.0)
     }
 }
 
-/// What a new stream says about itself.
+/// What a stream is: who, which epoch, how long.
 #[derive(Debug, Clone)]
-pub struct NewStream {
+pub struct StreamInfo {
     pub dataset: String,
+    /// The job's name as its metrics label (bounded, so the page is too).
     pub job: String,
     pub rank: u64,
     pub world: u64,
     pub epoch: u64,
+    /// Samples in the whole epoch (all ranks).
     pub samples_in_epoch: u64,
+    /// Batches this stream will send.
     pub batches: u64,
+    /// Where it starts.
     pub cursor: u64,
+    /// The client's reported data wait at this stream's open, seconds.
     pub reported_wait: f64,
 }
 
@@ -133,20 +127,13 @@ impl LiveStreams {
     }
 
     /// Lists a stream until the returned guard drops.
-    pub fn open(self: &Arc<Self>, s: NewStream) -> LiveEntry {
+    pub fn open(self: &Arc<Self>, info: StreamInfo) -> LiveEntry {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let stream = Arc::new(LiveStream {
             id,
-            dataset: s.dataset,
-            job: s.job,
-            rank: s.rank,
-            world: s.world,
-            epoch: s.epoch,
-            samples_in_epoch: s.samples_in_epoch,
-            batches: s.batches,
-            reported_wait: s.reported_wait,
+            cursor: AtomicU64::new(info.cursor),
+            info,
             started: Instant::now(),
-            cursor: AtomicU64::new(s.cursor),
             sent_batches: AtomicU64::new(0),
             sent_bytes: AtomicU64::new(0),
             starved_us: AtomicU64::new(0),
@@ -173,8 +160,8 @@ impl LiveStreams {
 mod tests {
     use super::*;
 
-    fn new(job: &str) -> NewStream {
-        NewStream {
+    fn new(job: &str) -> StreamInfo {
+        StreamInfo {
             dataset: "demo".into(),
             job: job.into(),
             rank: 1,
@@ -202,7 +189,7 @@ mod tests {
         drop(a);
         let left = live.snapshot();
         assert_eq!(left.len(), 1);
-        assert_eq!(left[0].job, "b");
+        assert_eq!(left[0].info.job, "b");
         drop(b);
         assert!(live.snapshot().is_empty());
     }

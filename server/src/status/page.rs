@@ -201,13 +201,14 @@ fn streams(h: &mut String, app: &App) {
         "<table id=\"streams\"><tr><th>dataset</th><th>job</th><th>rank</th><th>epoch</th><th>progress</th>\
          <th>batches</th><th>MB/s</th><th>starved</th><th>client data wait</th><th>open for</th></tr>",
     );
-    for s in live {
-        let f = s.figures();
+    for stream in live {
+        let f = stream.figures();
+        let p = stream.progress();
+        let s = &stream.info;
         let job_wait: f64 = waits
             .iter()
             .filter(|(l, _)| label(l, "dataset") == s.dataset && label(l, "job") == s.job)
             .fold(0.0, |a, (_, v)| a + v);
-        let p = s.progress();
         let _ = write!(
             h,
             "<tr class=\"stream\" data-dataset=\"{ds}\" data-job=\"{job}\"><td>{ds}</td><td>{job}</td>\
