@@ -65,6 +65,10 @@ enum Command {
         /// Stop after this many seconds.
         #[arg(long, default_value_t = 10.0)]
         duration: f64,
+        /// Simulated training step: milliseconds of "compute" after each batch (the report's
+        /// stall_fraction is then the share of time the loop waited for data).
+        #[arg(long, default_value_t = 0.0)]
+        step_ms: f64,
     },
     /// Draw batches as PNG grids: composite, class overlay with legend, captions.
     Preview {
@@ -339,7 +343,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             out.flush()?;
         }
-        Command::Bench { sel, duration } => bench(&mut client, &sel, duration).await?,
+        Command::Bench { sel, duration, step_ms } => bench(&mut client, &sel, duration, step_ms).await?,
         Command::Preview {
             mut sel,
             out,
@@ -387,7 +391,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn bench(client: &mut Client, sel: &Selection, duration: f64) -> anyhow::Result<()> {
+async fn bench(client: &mut Client, sel: &Selection, duration: f64, step_ms: f64) -> anyhow::Result<()> {
+    let step = Duration::from_secs_f64(step_ms.max(0.0) / 1e3);
+    // Time the loop waited for a batch, after the first one arrived.
+    let mut data_wait = 0.0f64;
     let cpu0 = cpu_seconds().unwrap_or(0.0);
     let start = Instant::now();
     let limit = Duration::from_secs_f64(duration);
@@ -396,18 +403,43 @@ async fn bench(client: &mut Client, sel: &Selection, duration: f64) -> anyhow::R
     let mut waits = Vec::new();
     let mut last = Instant::now();
     let bar = cli::progress::bar((sel.max_batches > 0).then_some(sel.max_batches), "batches");
+    // A reader task streams epoch after epoch into a small queue: with --step-ms it holds 2
+    // batches, as a training loop's loader prefetches while the step computes.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(if step.is_zero() { 1 } else { 2 });
     let mut request = sel.request()?;
-    // Epoch after epoch until the duration or --max-batches is reached.
-    let mut stream = Box::pin(client.stream(request.clone()).await?);
-    loop {
-        let b = match stream.next().await {
-            Some(b) => b?,
-            None if start.elapsed() < limit && (sel.max_batches == 0 || batches < sel.max_batches) => {
-                request.epoch += 1;
-                request.cursor = 0;
-                stream = Box::pin(client.stream(request.clone()).await?);
-                continue;
+    let mut reader_client = client.clone();
+    let max_batches = sel.max_batches;
+    let reader = tokio::spawn(async move {
+        let mut sent = 0u64;
+        loop {
+            let mut stream = match reader_client.stream(request.clone()).await {
+                Ok(s) => Box::pin(s),
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            while let Some(b) = stream.next().await {
+                if tx.send(b).await.is_err() {
+                    return;
+                }
+                sent += 1;
             }
+            if max_batches > 0 && sent >= max_batches {
+                return;
+            }
+            request.epoch += 1;
+            request.cursor = 0;
+        }
+    });
+    loop {
+        let asked = Instant::now();
+        let next = rx.recv().await;
+        if first.is_some() {
+            data_wait += asked.elapsed().as_secs_f64();
+        }
+        let b = match next {
+            Some(b) => b?,
             None => break,
         };
         let now = Instant::now();
@@ -424,7 +456,11 @@ async fn bench(client: &mut Client, sel: &Selection, duration: f64) -> anyhow::R
         if start.elapsed() >= limit || (sel.max_batches > 0 && batches >= sel.max_batches) {
             break;
         }
+        if !step.is_zero() {
+            tokio::time::sleep(step).await;
+        }
     }
+    reader.abort();
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds().unwrap_or(0.0) - cpu0;
@@ -439,6 +475,9 @@ async fn bench(client: &mut Client, sel: &Selection, duration: f64) -> anyhow::R
         "wait_p50_ms": percentile(&waits, 0.5) * 1e3,
         "wait_p99_ms": percentile(&waits, 0.99) * 1e3,
         "client_cpu_s_per_gb": if bytes > 0 { cpu / (bytes as f64 / 1e9) } else { 0.0 },
+        "step_ms": step_ms,
+        "data_wait_s": data_wait,
+        "stall_fraction": first.map_or(0.0, |f| data_wait / (secs - f.as_secs_f64()).max(1e-9)),
     });
     println!("{report}");
     Ok(())
