@@ -247,6 +247,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .map(|s| {
                     serde_json::json!({
                         "index": s.index, "name": s.name, "has_label": s.has_label,
+                        "geotransform": s.geotransform, "crs": s.crs,
                         "levels": s.levels.iter().map(|l| serde_json::json!({
                             "width": l.width, "height": l.height, "block": [l.block_width, l.block_height]})).collect::<Vec<_>>(),
                     })
@@ -255,7 +256,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let v = serde_json::json!({
                 "name": d.name, "version": d.version, "bands": d.bands, "dtype": d.dtype,
                 "labels": d.labels, "label_dtype": d.label_dtype, "fill": d.fill,
-                "mean": d.mean, "std": d.std, "scenes": scenes,
+                "mean": d.mean, "std": d.std, "scenes": scenes, "crs": d.crs,
+                "layers": d.layers.iter().map(|l| serde_json::json!({
+                    "name": l.name, "assets": l.assets, "resolution": l.resolution,
+                    "resampling": l.resampling, "dtype": l.dtype, "bands": l.bands, "nodata": l.nodata,
+                })).collect::<Vec<_>>(),
             });
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
