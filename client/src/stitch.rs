@@ -82,6 +82,18 @@ fn invalid(m: String) -> StitchError {
     StitchError::Invalid(m)
 }
 
+/// A scene's name as it replaces `{scene}`: a `.tif`/`.tiff` extension dropped and path
+/// separators made underscores (map-space scenes are Item ids, whose dots are not
+/// extensions). Python's `scene_stem` is the same rule.
+pub fn scene_stem(name: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    let cut = [".tiff", ".tif"]
+        .iter()
+        .find(|e| lower.ends_with(*e))
+        .map_or(name.len(), |e| name.len() - e.len());
+    name[..cut].replace(['/', '\\'], "_")
+}
+
 /// Windows needed to cover `size` pixels every `stride` (the daemon's grid rule).
 pub fn grid_steps(size: u64, patch: u64, stride: u64) -> u64 {
     if size <= patch {
@@ -216,10 +228,7 @@ impl Stitcher {
                     epsg: s.crs.strip_prefix("EPSG:").and_then(|c| c.parse().ok()),
                 }
             });
-            let stem = std::path::Path::new(&s.name)
-                .file_stem()
-                .map_or_else(|| s.name.clone(), |x| x.to_string_lossy().into_owned());
-            let path = PathBuf::from(self.out.replace("{scene}", &stem));
+            let path = PathBuf::from(self.out.replace("{scene}", &scene_stem(&s.name)));
             let writer = CogWriter::create(&path, width, height, bands, self.opts.tile_size, georef)?;
             let (p, st) = (self.opts.patch_size as u64, self.opts.stride as u64);
             let windows = (grid_steps(src_w, p, st), grid_steps(src_h, p, st));
@@ -486,6 +495,17 @@ mod tests {
             level: 0,
             padded: false,
         }
+    }
+
+    #[test]
+    fn scene_names_keep_their_dots() {
+        assert_eq!(scene_stem("scene_00.tif"), "scene_00");
+        assert_eq!(scene_stem("a.TIFF"), "a");
+        assert_eq!(
+            scene_stem("HLS.S30.T33TUM.2024155T100031.v2.0"),
+            "HLS.S30.T33TUM.2024155T100031.v2.0"
+        );
+        assert_eq!(scene_stem("dir/x\\y.tif"), "dir_x_y");
     }
 
     #[test]

@@ -200,6 +200,24 @@ async fn the_page_shows_datasets_footprints_and_live_streams_in_a_real_browser()
     let demo = get(d.http, "/preview.png?dataset=demo", None).await;
     assert_eq!(demo.status, 200);
     assert_eq!(get(d.http, "/preview.png?dataset=nope", None).await.status, 404);
+    // A flood of previews: two are drawn at a time, the rest refused at once (429), and the
+    // daemon keeps serving.
+    let flood: Vec<_> = (0..8)
+        .map(|i| {
+            tokio::spawn(async move {
+                get(d.http, &format!("/preview.png?dataset=demo&seed={i}"), None)
+                    .await
+                    .status
+            })
+        })
+        .collect();
+    let mut codes = Vec::new();
+    for f in flood {
+        codes.push(f.await.unwrap());
+    }
+    assert!(codes.iter().all(|c| *c == 200 || *c == 429), "{codes:?}");
+    assert!(codes.contains(&200), "{codes:?}");
+    assert_eq!(get(d.http, "/", None).await.status, 200);
     assert_eq!(get(d.http, "/preview.png", None).await.status, 400);
 
     if let Some(bin) = chromium() {

@@ -1,7 +1,8 @@
 //! The status page's sample preview: one batch of random samples drawn as a PNG by the
 //! same renderer as `cogfeed-client preview` (`cogfeed_render`). It runs through the same
 //! validation and memory admission as a stream; sizes are fixed by the daemon (a page
-//! visitor picks only the dataset and the seed), and at most two are drawn at a time.
+//! visitor picks only the dataset and the seed), and at most two are drawn at a time (more
+//! are refused with 429, not queued).
 
 use std::sync::Arc;
 
@@ -17,9 +18,11 @@ use crate::pipeline;
 /// Samples in a preview batch.
 pub const SAMPLES: u32 = 9;
 
-/// Previews drawn at once.
+/// Previews drawn at once; more are refused (429), not queued.
+pub const PARALLEL: usize = 2;
+
 pub fn permits() -> Arc<Semaphore> {
-    Arc::new(Semaphore::new(2))
+    Arc::new(Semaphore::new(PARALLEL))
 }
 
 /// The preview request for `dataset`: random samples, 64 px on STAC datasets (several
@@ -56,10 +59,10 @@ fn smallest_side(ds: &crate::catalog::Dataset) -> u32 {
 
 /// PNG bytes of one batch of `dataset`.
 pub async fn png(app: &App, permits: &Semaphore, dataset: &str, seed: u64) -> Result<Vec<u8>, Error> {
+    // No queue: a flood of requests is refused at once, not parked on the listener.
     let _permit = permits
-        .acquire()
-        .await
-        .map_err(|_| Error::FailedPrecondition("the daemon is shutting down".into()))?;
+        .try_acquire()
+        .map_err(|_| Error::LimitExceeded(format!("{PARALLEL} previews are being drawn; retry in a moment")))?;
     let request = request(app, dataset, seed)?;
     let admitted = job::stream_job(&app.catalog, &app.config.limits, &app.memory, &request)?;
     let what = format!("a status-page preview of {dataset}");
