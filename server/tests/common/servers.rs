@@ -57,27 +57,62 @@ impl Drop for Proc {
 }
 
 /// `s3s-fs` serving `root` (one directory per bucket) on a free port.
+///
+/// The port is free when chosen, but another test's listener may take it before s3s-fs binds
+/// it (s3s-fs then exits, and a bare TCP probe would find the other listener): so the
+/// server counts as up only while the child lives and answers HTTP/1.1, and a lost port is
+/// retried on a new one.
 pub fn start_s3(root: &Path) -> (u16, Proc) {
-    let port = free_port();
-    let child = Command::new(need(tools().join("bin/s3s-fs")))
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--access-key",
-            S3_KEY,
-            "--secret-key",
-            S3_SECRET,
-        ])
-        .arg(root)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let proc = Proc(child);
-    wait_port(port);
-    (port, proc)
+    for _ in 0..5 {
+        let port = free_port();
+        let child = Command::new(need(tools().join("bin/s3s-fs")))
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--access-key",
+                S3_KEY,
+                "--secret-key",
+                S3_SECRET,
+            ])
+            .arg(root)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut proc = Proc(child);
+        for _ in 0..200 {
+            if proc.0.try_wait().unwrap().is_some() {
+                break;
+            }
+            if answers_http(port) {
+                // Still ours: the child is alive after the answer.
+                if proc.0.try_wait().unwrap().is_none() {
+                    return (port, proc);
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    panic!("s3s-fs did not start on any of 5 ports");
+}
+
+/// Whether an HTTP/1.1 server answers on `port`.
+fn answers_http(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 8];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.")
 }
 
 /// A client of bucket `bucket` on the S3 server at `port`.
