@@ -92,8 +92,13 @@ impl MemoryBudget {
     }
 
     /// Reserves `bytes` now, or None (look-ahead beyond the floor: it simply loads less).
+    /// It never takes the last quarter of the budget: that stays for admitting streams and
+    /// windows, so one client's look-ahead cannot lock the others out.
     pub fn try_reserve(&self, bytes: u64) -> Option<Reservation> {
         let kib = Self::kib_for(bytes)?;
+        if (self.kib.available_permits() as u64) < kib as u64 + self.total_kib as u64 / 4 {
+            return None;
+        }
         let permit = self.kib.clone().try_acquire_many_owned(kib).ok()?;
         Some(Reservation {
             _permit: Some(permit),

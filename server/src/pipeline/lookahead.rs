@@ -209,7 +209,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_shared_budget_caps_depth_beyond_the_floor() {
-        // Room for 10 samples of 1 MiB beyond the floor of 8.
+        // A budget of 10 samples of 1 MiB beyond the floor of 8; look-ahead leaves its last
+        // quarter (2.5 MiB) to admissions, so it takes 7.
         let budget = MemoryBudget::new(10 << 20);
         let mut la = Lookahead::new(
             loads(500, Duration::from_millis(100)),
@@ -220,10 +221,10 @@ mod tests {
         while let Some(i) = la.next().await {
             i.unwrap();
             most_in_use = most_in_use.max((10 << 20) - budget.available_bytes());
-            assert!(la.pending.len() <= 18, "{} in flight", la.pending.len());
+            assert!(la.pending.len() <= 15, "{} in flight", la.pending.len());
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        assert_eq!(most_in_use, 10 << 20);
+        assert_eq!(most_in_use, 7 << 20);
         drop(la);
         assert_eq!(budget.available_bytes(), 10 << 20, "budget returned");
     }
