@@ -116,6 +116,8 @@ pub struct Batch {
     pub layers: Vec<(String, Tensor)>,
     /// Map-space datasets: each sample's Items, CRS, bounds and datetime.
     pub samples: Vec<pb::SampleInfo>,
+    /// Time layers: uint8 `[B, T]`, 1 where a step holds a date, by layer name.
+    pub time_masks: Vec<(String, Tensor)>,
 }
 
 impl Tensor {
@@ -158,6 +160,14 @@ impl Batch {
                 .collect(),
             samples: self.samples.clone(),
             image_layer,
+            time_masks: self
+                .time_masks
+                .iter()
+                .map(|(name, t)| pb::NamedTensor {
+                    name: name.clone(),
+                    tensor: Some(t.to_pb()),
+                })
+                .collect(),
         }
     }
 }
@@ -193,6 +203,16 @@ impl TryFrom<pb::Batch> for Batch {
                 layers
             },
             samples: b.samples,
+            time_masks: b
+                .time_masks
+                .into_iter()
+                .map(|l| {
+                    let t = l
+                        .tensor
+                        .ok_or_else(|| ClientError::Malformed(format!("time mask {} without a tensor", l.name)))?;
+                    Ok((l.name, Tensor::from_pb(t)?))
+                })
+                .collect::<Result<_, ClientError>>()?,
         })
     }
 }

@@ -164,6 +164,9 @@ struct Selection {
     /// Map-space datasets: layers to stream, comma separated (default: all).
     #[arg(long, value_delimiter = ',')]
     layers: Vec<String>,
+    /// Map-space datasets with a [datasets.split]: only footprints wholly in this split.
+    #[arg(long, default_value = "")]
+    split: String,
 }
 
 impl Selection {
@@ -197,6 +200,7 @@ impl Selection {
             prefetch: self.prefetch,
             on_corrupt: self.on_corrupt.clone(),
             layers: self.layers.clone(),
+            split: self.split.clone(),
         })
     }
 }
@@ -330,12 +334,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                             .samples
                             .iter()
                             .map(|m| {
-                                serde_json::json!({
+                                let mut s = serde_json::json!({
                                     "items": m.items, "drawn": m.drawn, "crs": m.crs, "bounds": m.bounds,
                                     "resolution": m.resolution, "padded": m.padded, "datetime": m.datetime,
-                                })
+                                    "valid_fraction": m.valid_fraction, "split": m.split,
+                                });
+                                if !m.datetimes.is_empty() {
+                                    s["datetimes"] = m
+                                        .datetimes
+                                        .iter()
+                                        .map(|d| (d.layer.clone(), serde_json::json!(d.dates)))
+                                        .collect::<serde_json::Map<_, _>>()
+                                        .into();
+                                }
+                                s
                             })
                             .collect();
+                        if !b.time_masks.is_empty() {
+                            line["time_masks"] = b
+                                .time_masks
+                                .iter()
+                                .map(|(name, t)| (name.clone(), serde_json::json!(t.data.to_vec())))
+                                .collect::<serde_json::Map<_, _>>()
+                                .into();
+                        }
                     }
                     writeln!(out, "{line}")?;
                 } else {

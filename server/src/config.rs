@@ -534,10 +534,16 @@ pub struct DatasetConfig {
     /// samples are drawn only where an Item's reference grid meets it.
     #[serde(default)]
     pub aoi: Option<[f64; 4]>,
+    /// STAC datasets: which drawn samples are kept (valid- and cloud-aware sampling).
+    #[serde(default)]
+    pub sampling: Option<SamplingConfig>,
+    /// STAC datasets: spatial train/val/test splits.
+    #[serde(default)]
+    pub split: Option<SplitConfig>,
 }
 
 /// `[[datasets.layers]]`: one named output of a STAC dataset.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LayerConfig {
     pub name: String,
@@ -555,6 +561,57 @@ pub struct LayerConfig {
     /// Value where no Item has data (default 0).
     #[serde(default)]
     pub nodata: Option<f64>,
+    /// Which Items this layer reads, on top of the dataset's filter (same keys): e.g.
+    /// `collections` for a layer of another collection, `"sat:orbit_state" = "ascending"`.
+    #[serde(default)]
+    pub filter: Option<toml::Table>,
+    /// Dates per sample (the layer's tensor is then `[B, T, C, H, W]`); 0 or absent: one
+    /// mosaic, as without time.
+    #[serde(default)]
+    pub time_steps: Option<u32>,
+    /// `latest` (default: the T latest dates up to the drawn Item's), `even` (T dates
+    /// nearest to T instants evenly spaced over `time_range`) or `season` (every date in
+    /// `season` of the drawn Item's year, oldest first, up to T).
+    #[serde(default)]
+    pub time_rule: Option<String>,
+    /// `even`: `["YYYY-MM-DD", "YYYY-MM-DD"]`, both days included.
+    #[serde(default)]
+    pub time_range: Option<[String; 2]>,
+    /// `season`: `["MM-DD", "MM-DD"]`, both days included (may wrap the new year).
+    #[serde(default)]
+    pub season: Option<[String; 2]>,
+}
+
+/// `[datasets.sampling]`: which drawn samples are kept (STAC datasets, random and aligned
+/// samplers). A sample that fails is redrawn deterministically.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SamplingConfig {
+    /// Least fraction of the reference layer's pixels that hold data (and, with
+    /// `mask_layer`, are not of an invalid class).
+    #[serde(default)]
+    pub min_valid_fraction: Option<f64>,
+    /// A layer whose first band holds classes (e.g. Sentinel-2 SCL).
+    #[serde(default)]
+    pub mask_layer: Option<String>,
+    /// Classes of `mask_layer` that count as invalid (e.g. `[0, 1, 3, 8, 9, 10]`).
+    #[serde(default)]
+    pub invalid_classes: Vec<i64>,
+    /// Draws tried per sample before the stream fails (default 64).
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+}
+
+/// `[datasets.split]`: leak-free spatial splits over equal-area cells.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SplitConfig {
+    /// Cell side in metres, in EPSG:6933 (equal-area).
+    pub cell_size: f64,
+    /// Split name → fraction of the cells (they must add up to 1).
+    pub fractions: std::collections::BTreeMap<String, f64>,
+    #[serde(default)]
+    pub seed: u64,
 }
 
 impl DatasetConfig {
@@ -570,6 +627,8 @@ impl DatasetConfig {
                 ("priority", self.priority.is_some()),
                 ("mosaic", self.mosaic.is_some()),
                 ("aoi", self.aoi.is_some()),
+                ("sampling", self.sampling.is_some()),
+                ("split", self.split.is_some()),
             ];
             if let Some((k, _)) = stray.iter().find(|(_, set)| *set) {
                 return bad(format!("{k} applies to stac datasets only"));
@@ -611,6 +670,13 @@ impl DatasetConfig {
             {
                 return bad(format!("layer {}: dtype {t:?} is not a sample type", l.name));
             }
+            if let Some(f) = &l.filter {
+                crate::stac::ItemFilter::from_table(f).map_err(|e| {
+                    Error::InvalidArgument(format!("dataset {}: layer {}: filter: {e}", self.name, l.name))
+                })?;
+            }
+            crate::stacset::time::TimeSpec::from_layer(l)
+                .map_err(|e| Error::InvalidArgument(format!("dataset {}: layer {}: {e}", self.name, l.name)))?;
         }
         if let Some(c) = &self.crs
             && !c.eq_ignore_ascii_case("native")
@@ -639,6 +705,39 @@ impl DatasetConfig {
         if let Some(f) = &self.filter {
             crate::stac::ItemFilter::from_table(f)
                 .map_err(|e| Error::InvalidArgument(format!("dataset {}: filter: {e}", self.name)))?;
+        }
+        if let Some(sm) = &self.sampling {
+            if let Some(f) = sm.min_valid_fraction
+                && !(0.0..=1.0).contains(&f)
+            {
+                return bad(format!("sampling.min_valid_fraction {f} is not in [0, 1]"));
+            }
+            match &sm.mask_layer {
+                Some(m) if !self.layers.iter().any(|l| &l.name == m) => {
+                    return bad(format!("sampling.mask_layer {m:?} is not one of the layers"));
+                }
+                Some(m)
+                    if self
+                        .layers
+                        .iter()
+                        .any(|l| &l.name == m && l.time_steps.unwrap_or(0) > 1) =>
+                {
+                    return bad(format!(
+                        "sampling.mask_layer {m:?} is a time series; a mask has one date"
+                    ));
+                }
+                None if !sm.invalid_classes.is_empty() => {
+                    return bad("sampling.invalid_classes needs sampling.mask_layer".into());
+                }
+                _ => {}
+            }
+            if sm.max_attempts.is_some_and(|a| a == 0 || a > 4096) {
+                return bad("sampling.max_attempts must be in 1..=4096".into());
+            }
+        }
+        if let Some(sp) = &self.split {
+            crate::split::SplitRule::new(sp)
+                .map_err(|e| Error::InvalidArgument(format!("dataset {}: split: {e}", self.name)))?;
         }
         Ok(())
     }
@@ -847,6 +946,7 @@ impl Config {
                     resampling: Some("bilinear".into()),
                     dtype: None,
                     nodata: None,
+                    ..Default::default()
                 },
                 LayerConfig {
                     name: "swir".into(),
@@ -855,6 +955,7 @@ impl Config {
                     resampling: Some("bilinear".into()),
                     dtype: None,
                     nodata: None,
+                    ..Default::default()
                 },
                 LayerConfig {
                     name: "label".into(),
@@ -863,11 +964,83 @@ impl Config {
                     resampling: Some("mode".into()),
                     dtype: None,
                     nodata: Some(255.0),
+                    ..Default::default()
                 },
             ],
             ..Default::default()
         });
+        c.datasets
+            .push(Self::demo_series(&dir.join("series").join("items.json")));
         c
+    }
+
+    /// `demo-series`: the time-series demo (`demo_series`) at `items`: Sentinel-2 dates
+    /// (3 latest per sample) with their scene classification as the cloud mask,
+    /// Sentinel-1 ascending and descending passes (2 each), labels in EPSG:4326, samples
+    /// at least half valid, and a train/val split over 1 km cells.
+    pub fn demo_series(items: &Path) -> DatasetConfig {
+        let layer = |name: &str, assets: &[&str], res: f64, resampling: &str| LayerConfig {
+            name: name.into(),
+            assets: assets.iter().map(|a| a.to_string()).collect(),
+            resolution: Some(res),
+            resampling: Some(resampling.into()),
+            ..Default::default()
+        };
+        let s1 = |name: &str, orbit: &str| {
+            let mut filter = toml::Table::new();
+            filter.insert(
+                "collections".into(),
+                toml::Value::Array(vec![toml::Value::String("sentinel-1-rtc-series".into())]),
+            );
+            filter.insert("sat:orbit_state".into(), toml::Value::String(orbit.into()));
+            LayerConfig {
+                filter: Some(filter),
+                time_steps: Some(2),
+                ..layer(name, &["vv", "vh"], 20.0, "bilinear")
+            }
+        };
+        let mut s2_filter = toml::Table::new();
+        s2_filter.insert(
+            "collections".into(),
+            toml::Value::Array(vec![toml::Value::String("sentinel-2-l2a-series".into())]),
+        );
+        DatasetConfig {
+            name: "demo-series".into(),
+            stac: Some(items.to_string_lossy().into_owned()),
+            crs: Some("native".into()),
+            layers: vec![
+                LayerConfig {
+                    filter: Some(s2_filter.clone()),
+                    time_steps: Some(3),
+                    time_rule: Some("latest".into()),
+                    ..layer("s2", &["B02", "B03", "B04", "B08"], 10.0, "bilinear")
+                },
+                LayerConfig {
+                    filter: Some(s2_filter),
+                    ..layer("scl", &["SCL"], 20.0, "nearest")
+                },
+                s1("s1_asc", "ascending"),
+                s1("s1_desc", "descending"),
+                LayerConfig {
+                    nodata: Some(255.0),
+                    ..layer("label", &["classes"], 10.0, "mode")
+                },
+            ],
+            sampling: Some(SamplingConfig {
+                min_valid_fraction: Some(0.5),
+                mask_layer: Some("scl".into()),
+                invalid_classes: vec![0, 1, 3, 8, 9, 10],
+                max_attempts: None,
+            }),
+            split: Some(SplitConfig {
+                cell_size: 1000.0,
+                fractions: [("train".to_string(), 0.8), ("val".to_string(), 0.2)]
+                    .into_iter()
+                    .collect(),
+                seed: 0,
+            }),
+            ..Default::default()
+        }
     }
 }
 

@@ -55,7 +55,7 @@ const BANDS: [(&str, f64, f64); 5] = [
 ];
 
 /// Land-cover class (1–6) of a point.
-fn class_at(lon: f64, lat: f64) -> u8 {
+pub fn class_at(lon: f64, lat: f64) -> u8 {
     let fx = ((lon - 11.9) / 0.004).floor() as i64;
     let fy = ((lat - 46.4) / 0.003).floor() as i64;
     let river = ((lat - 46.5 - 0.01 * ((lon - 12.0) * 60.0).sin()).abs() < 0.0012) as u8;
@@ -66,7 +66,7 @@ fn class_at(lon: f64, lat: f64) -> u8 {
 }
 
 /// Reflectance-like value of a band at a point.
-fn reflectance(lon: f64, lat: f64, base: f64, band: usize) -> f64 {
+pub fn reflectance(lon: f64, lat: f64, base: f64, band: usize) -> f64 {
     let class = class_at(lon, lat) as f64;
     let terrain = 0.5 + 0.5 * ((lon * 300.0).sin() * (lat * 410.0).cos());
     let field = 0.6 + 0.1 * class + 0.05 * band as f64;

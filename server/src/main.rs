@@ -189,6 +189,8 @@ async fn serve(
                 .with_context(|| format!("cannot write demo data to {}", dir.display()))?;
             cogfeed_server::demo_stac::write_stac_demo(&dir.join("stac"))
                 .with_context(|| format!("cannot write the STAC demo to {}", dir.join("stac").display()))?;
+            cogfeed_server::demo_series::write_series_demo(&dir.join("series"))
+                .with_context(|| format!("cannot write the time-series demo to {}", dir.join("series").display()))?;
             eprintln!(
                 "no --config: serving the demo dataset in {} (local files, no credentials)",
                 dir.display()

@@ -53,6 +53,7 @@ pub struct Metrics {
     pub stage_seconds: HistogramVec,
     pub ready: IntGauge,
     pub samples_skipped: IntCounterVec,
+    pub rejected_draws: IntCounterVec,
     pub streams_stalled: IntCounterVec,
     pub client_data_wait_seconds: prometheus::CounterVec,
     pub memory_budget_bytes: IntGauge,
@@ -126,6 +127,12 @@ impl Metrics {
                 "cogfeed_samples_skipped_total",
                 "Samples left out of their batch under on_corrupt = skip, by reason (corrupt, missing)",
                 &["dataset", "reason"],
+            ),
+            rejected_draws: counter_vec(
+                &r,
+                "cogfeed_rejected_draws_total",
+                "Sample draws rejected and redrawn, by reason (split: footprint outside the requested split; valid: under min_valid_fraction)",
+                &["reason"],
             ),
             streams_stalled: counter_vec(
                 &r,

@@ -203,6 +203,47 @@ impl Plan {
         }
     }
 
+    /// Draw `attempt` for sample `i`: the plan's own window first, then, when a sample is
+    /// rejected (split, valid fraction), seeded redraws of the same kind: uniform over every
+    /// valid offset (random) or every tile-aligned window (aligned). A grid is a cover and
+    /// has no redraw (None). Pure: the same (seed, epoch, i, attempt) give the same window.
+    pub fn attempt(&self, i: u64, attempt: u32) -> Option<WindowSpec> {
+        if attempt == 0 {
+            return Some(self.window(i));
+        }
+        let p = self.spec.patch as u64;
+        let total = *self.cumulative.last()?;
+        let mut r = rng::Rng::new(rng::key(&[self.spec.seed, self.spec.epoch, i, attempt as u64, 0xD4]));
+        let (scene, col, row) = match self.spec.kind {
+            SamplerKind::Grid => return None,
+            SamplerKind::Random => {
+                let (scene, k) = self.locate(r.below(total));
+                let across = self.scenes[scene].width - p + 1;
+                (scene, k % across, k / across)
+            }
+            SamplerKind::Aligned => {
+                let (scene, k) = self.locate(r.below(total));
+                let across = self.scenes[scene].width / p;
+                (scene, (k % across) * p, (k / across) * p)
+            }
+        };
+        let s = &self.scenes[scene];
+        Some(WindowSpec {
+            scene: scene as u32,
+            col,
+            row,
+            width: self.spec.patch,
+            height: self.spec.patch,
+            level: self.spec.level,
+            padded: col + p > s.width || row + p > s.height,
+        })
+    }
+
+    /// The kind of sampler.
+    pub fn kind(&self) -> SamplerKind {
+        self.spec.kind
+    }
+
     /// Seed for the augmentation of sample `i`.
     pub fn augment_key(&self, i: u64) -> u64 {
         rng::key(&[self.spec.seed, self.spec.epoch, i, 0xC3])
@@ -408,6 +449,28 @@ mod tests {
                 proptest::prop_assert!(last.col + patch as u64 >= w && last.row + patch as u64 >= h);
             }
         }
+    }
+
+    #[test]
+    fn redraws_are_pure_and_of_the_plans_kind() {
+        let scenes = vec![grid(1024, 1024), grid(512, 768)];
+        let aligned = Plan::new(spec(SamplerKind::Aligned, 256), scenes.clone()).unwrap();
+        let random = Plan::new(spec(SamplerKind::Random, 100), scenes.clone()).unwrap();
+        for i in 0..aligned.len() {
+            assert_eq!(aligned.attempt(i, 0), Some(aligned.window(i)));
+            for k in 1..5 {
+                let w = aligned.attempt(i, k).unwrap();
+                assert_eq!(Some(w), aligned.attempt(i, k));
+                assert!(w.col.is_multiple_of(256) && w.row.is_multiple_of(256) && !w.padded);
+                let s = scenes[w.scene as usize];
+                let r = random.attempt(i, k).unwrap();
+                let rs = scenes[r.scene as usize];
+                assert!(w.col + 256 <= s.width && r.col + 100 <= rs.width && r.row + 100 <= rs.height);
+            }
+        }
+        assert_ne!(random.attempt(3, 1), random.attempt(3, 2));
+        let g = Plan::new(spec(SamplerKind::Grid, 256), scenes).unwrap();
+        assert_eq!(g.attempt(0, 1), None);
     }
 
     #[test]

@@ -60,13 +60,16 @@ class Batch:
     index: int  # batch index within this rank's share of the epoch
     cursor: int  # global sample offset after this batch: resume from here
     skipped: List[SkippedSample] = field(default_factory=list)  # samples left out of this batch
-    #: Map-space (STAC) datasets: one array per layer, [B, C, H_l, W_l], by name.
+    #: Map-space (STAC) datasets: one array per layer, [B, C, H_l, W_l] (time layers
+    #: [B, T, C, H_l, W_l], oldest step first), by name.
     layers: Dict[str, np.ndarray] = field(default_factory=dict)
     #: Map-space datasets: a `SampleMeta` per sample (items, datetime, crs, bounds, ...).
     meta: List[SampleMeta] = field(default_factory=list)
     #: The dataset's `DatasetInfo` (layer assets and nodata, scene names; what
     #: `cogfeed.preview` draws with), or None when the daemon did not say.
     info: Optional[object] = None
+    #: Time layers: uint8 [B, T], 1 where the step holds a date (0: filled with nodata).
+    time_masks: Dict[str, np.ndarray] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> np.ndarray:
         """A layer by name (`batch["image"]`); "image" and "label" also name the scene
@@ -337,6 +340,7 @@ class Loader(EpochCursor):
                         image=image, label=label, windows=windows, epoch=meta["epoch"],
                         index=base + meta["index"], cursor=meta["cursor"], skipped=skipped,
                         layers=meta["layers"], meta=meta["samples"], info=info,
+                        time_masks=meta["time_masks"],
                     )
                     cursor = meta["cursor"]
                     self.cursor = cursor

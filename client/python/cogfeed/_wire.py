@@ -12,7 +12,7 @@ batch_size samples (none at all included) when the server skipped unreadable one
 listed as `SkippedSample`s.
 """
 
-from typing import NamedTuple, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -43,6 +43,11 @@ class SampleMeta(NamedTuple):
     resolution: float  # reference layer pixel size
     padded: bool
     drawn: str = ""  # the item whose grid the sample was planned on (the sampler's draw)
+    #: share of the reference layer's pixels holding valid data (None when not assembled)
+    valid_fraction: Optional[float] = None
+    split: str = ""  # the split whose cells hold the footprint ("" when it straddles)
+    #: time layers: {layer: (day or "" per step, oldest first)}
+    datetimes: Dict[str, Tuple[str, ...]] = {}
 
 
 def window_row(w):
@@ -124,7 +129,8 @@ def decode_batch(raw):
     first is `image` itself, named by the batch's `image_layer`)
     and "samples" (a `SampleMeta` per sample); both are empty otherwise."""
     view = memoryview(raw)
-    meta = {"epoch": 0, "index": 0, "cursor": 0, "batches_in_epoch": 0, "layers": {}, "samples": []}
+    meta = {"epoch": 0, "index": 0, "cursor": 0, "batches_in_epoch": 0, "layers": {}, "samples": [],
+            "time_masks": {}}
     image = label = image_layer = None
     windows, skipped = [], []
     names = {1: "epoch", 2: "index", 3: "cursor", 7: "batches_in_epoch"}
@@ -147,8 +153,13 @@ def decode_batch(raw):
             image_layer = bytes(view[value[0]:value[0] + value[1]]).decode()
         elif field == 10:
             m = pb.SampleInfo.FromString(bytes(view[value[0]:value[0] + value[1]]))
-            meta["samples"].append(SampleMeta(tuple(m.items), m.datetime or None, m.crs, tuple(m.bounds),
-                                              m.resolution, m.padded, m.drawn))
+            meta["samples"].append(SampleMeta(
+                tuple(m.items), m.datetime or None, m.crs, tuple(m.bounds), m.resolution, m.padded, m.drawn,
+                m.valid_fraction if m.HasField("valid_fraction") else None, m.split,
+                {d.layer: tuple(d.dates) for d in m.datetimes}))
+        elif field == 12:
+            name, tensor = _named_tensor(raw, view, value[0], value[0] + value[1])
+            meta["time_masks"][name] = tensor
     if image is None:
         raise ValueError("batch without image")
     if image_layer:

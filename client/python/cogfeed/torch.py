@@ -84,5 +84,8 @@ class StreamDataset(EpochCursor, torch.utils.data.IterableDataset):
                 out[name] = _tensor(array)
             if b.layers:
                 out["meta"] = b.meta
+            # Time layers: which steps hold a date, bool [B, T].
+            for name, mask in b.time_masks.items():
+                out[f"{name}_mask"] = _tensor(mask).bool()
             yield out
         self._end()

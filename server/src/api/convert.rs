@@ -55,6 +55,14 @@ pub fn batch(b: BatchOut) -> pb::Batch {
             .collect(),
         samples: b.samples.iter().map(sample).collect(),
         image_layer: b.image_layer.unwrap_or_default(),
+        time_masks: b
+            .time_masks
+            .into_iter()
+            .map(|(name, t)| pb::NamedTensor {
+                name,
+                tensor: Some(tensor(t)),
+            })
+            .collect(),
     }
 }
 
@@ -67,6 +75,16 @@ fn sample(m: &SampleMeta) -> pb::SampleInfo {
         bounds: m.bounds.to_vec(),
         resolution: m.resolution,
         padded: m.padded,
+        valid_fraction: m.valid_fraction,
+        split: m.split.clone().unwrap_or_default(),
+        datetimes: m
+            .times
+            .iter()
+            .map(|(layer, days)| pb::LayerDates {
+                layer: layer.clone(),
+                dates: days.iter().map(|d| d.clone().unwrap_or_default()).collect(),
+            })
+            .collect(),
     }
 }
 

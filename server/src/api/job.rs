@@ -286,14 +286,48 @@ fn map_stream_job(
     // Output bytes per sample (what batches hold) and, while a sample loads, the warp's
     // working set on top: f64 values and a validity flag per output pixel of each layer.
     let (mut sample_bytes, mut working) = (0u64, 0u64);
-    for &l in &layers {
-        let (c, h, w) = shapes[l];
-        let pixels = (h as u64).saturating_mul(w as u64);
+    // Layers the valid fraction needs are assembled too, though not sent.
+    let mut assembled = layers.clone();
+    if let Some(rule) = &map.valid {
+        for l in std::iter::once(0).chain(rule.mask_layer) {
+            if !assembled.contains(&l) {
+                assembled.push(l);
+            }
+        }
+    }
+    for &l in &assembled {
+        let (t, c, h, w) = shapes[l];
+        let pixels = (h as u64).saturating_mul(w as u64).saturating_mul(t as u64);
         let values = pixels.saturating_mul(c as u64);
         sample_bytes = sample_bytes.saturating_add(values.saturating_mul(map.layers[l].dtype.size() as u64));
         working = working.saturating_add(values.saturating_mul(8).saturating_add(pixels));
     }
     let sample_bytes = sample_bytes.max(1);
+    let split = if r.split.is_empty() {
+        None
+    } else {
+        let rule = map.split.as_ref().ok_or_else(|| {
+            invalid(format!(
+                "dataset {} has no [datasets.split]: split {} cannot be served",
+                ds.name,
+                shown(&r.split)
+            ))
+        })?;
+        let i = rule.index_of(&r.split).ok_or_else(|| {
+            invalid(format!(
+                "dataset {} has no split {} (splits {})",
+                ds.name,
+                shown(&r.split),
+                rule.names.join(", ")
+            ))
+        })?;
+        if kind == SamplerKind::Grid {
+            return Err(invalid(
+                "a grid covers every scene whole: request a split with the random or aligned sampler",
+            ));
+        }
+        Some(i)
+    };
     let grids = (0..ds.scenes.len()).map(|i| map.scene_grid(i)).collect();
     let load_bytes = sample_bytes.saturating_add(working);
     let p = plan_stream(ds, limits, r, kind, grids, sample_bytes, load_bytes)?;
@@ -318,6 +352,7 @@ fn map_stream_job(
             on_corrupt,
             stall_timeout: Some(limits.stall_timeout()),
             layers,
+            split,
         },
         stream_bytes: p.stream_bytes,
     })
@@ -361,6 +396,12 @@ pub fn stream_job(
     if !r.layers.is_empty() {
         return Err(invalid(format!(
             "dataset {} is not a map-space dataset: it has no layers (request bands)",
+            ds.name
+        )));
+    }
+    if !r.split.is_empty() {
+        return Err(invalid(format!(
+            "dataset {} is not a map-space dataset: it has no splits",
             ds.name
         )));
     }
@@ -430,6 +471,7 @@ pub fn stream_job(
             on_corrupt,
             stall_timeout: Some(limits.stall_timeout()),
             layers: Vec::new(),
+            split: None,
         },
         stream_bytes,
     })

@@ -57,6 +57,8 @@ pub struct BatchOut {
     pub image_layer: Option<String>,
     /// Map-space datasets: what each sample is (empty otherwise).
     pub samples: Vec<SampleMeta>,
+    /// Time layers among the requested ones: uint8 `[B, T]`, 1 where a step holds a date.
+    pub time_masks: Vec<(String, TensorOut)>,
 }
 
 /// A sample left out of its batch because its data could not be read.
@@ -105,6 +107,9 @@ pub struct StreamJob {
     pub stall_timeout: Option<std::time::Duration>,
     /// Map-space datasets: indices of the layers streamed, in request order.
     pub layers: Vec<usize>,
+    /// Map-space datasets: the split (index in the dataset's split rule) every sample's
+    /// footprint must lie in.
+    pub split: Option<usize>,
 }
 
 impl StreamJob {
@@ -129,34 +134,105 @@ struct Sample {
     meta: Option<SampleMeta>,
 }
 
-/// A map-space sample: every requested layer warped onto the sample's footprint.
+/// How far below `min_valid_fraction` an estimate from overviews must be for a draw to be
+/// rejected without assembling it at full resolution.
+const ESTIMATE_MARGIN: f64 = 0.1;
+/// Draws rejected on geometry alone (split) tried per data-reading draw.
+const GEOMETRY_DRAWS_PER_ATTEMPT: u32 = 64;
+
+/// A map-space sample: every requested layer warped onto the sample's footprint. A draw
+/// whose footprint is outside the requested split, or whose valid fraction is under the
+/// dataset's minimum, is rejected and redrawn (`Plan::attempt`): the sample stays a pure
+/// function of the data, the seed and its position.
 async fn load_map_sample(
     job: &StreamJob,
     map: &crate::stacset::MapSpace,
     cache: &dyn TileSource,
-    window: WindowSpec,
+    i: u64,
 ) -> Result<Sample, Error> {
     let metrics = job.metrics.clone();
     let _timer = metrics
         .as_ref()
         .map(|m| Timer::start(&m.stage_seconds.with_label_values(&["warp"])));
-    let (mut all, meta) = map.sample(cache, &window, &job.layers).await?;
-    let layers: Vec<Vec<u8>> = job.layers.iter().map(|&l| std::mem::take(&mut all[l])).collect();
-    Ok(Sample {
-        image: Vec::new(),
-        label: None,
-        window,
-        layers,
-        meta: Some(meta),
-    })
+    let rule = map.valid.as_ref();
+    let min = rule
+        .and_then(|r| r.min)
+        .filter(|_| job.plan.kind() != crate::sampler::SamplerKind::Grid);
+    let mut wanted = job.layers.clone();
+    if rule.is_some() {
+        // The valid fraction needs the reference layer and the mask.
+        for l in std::iter::once(0).chain(rule.and_then(|r| r.mask_layer)) {
+            if !wanted.contains(&l) {
+                wanted.push(l);
+            }
+        }
+    }
+    let max_reads = rule.map_or(crate::stacset::DEFAULT_ATTEMPTS, |r| r.max_attempts);
+    let max_draws = max_reads.saturating_mul(GEOMETRY_DRAWS_PER_ATTEMPT);
+    let (mut reads, mut rejected_split, mut rejected_valid) = (0u32, 0u32, 0u32);
+    for attempt in 0..max_draws {
+        let Some(window) = job.plan.attempt(i, attempt) else {
+            break;
+        };
+        if let Some(split) = job.split
+            && !map.in_split(&window, split)
+        {
+            rejected_split += 1;
+            continue;
+        }
+        if reads == max_reads {
+            break;
+        }
+        reads += 1;
+        if let Some(min) = min
+            && let Some(estimate) = map.estimate_valid(cache, &window).await?
+            && estimate < min - ESTIMATE_MARGIN
+        {
+            rejected_valid += 1;
+            continue;
+        }
+        let (mut all, meta) = map.sample(cache, &window, &wanted).await?;
+        if let Some(min) = min
+            && meta.valid_fraction.unwrap_or(0.0) < min
+        {
+            rejected_valid += 1;
+            continue;
+        }
+        let layers: Vec<Vec<u8>> = job.layers.iter().map(|&l| std::mem::take(&mut all[l])).collect();
+        if let Some(m) = &job.metrics
+            && attempt > 0
+        {
+            m.rejected_draws
+                .with_label_values(&["split"])
+                .inc_by(u64::from(rejected_split));
+            m.rejected_draws
+                .with_label_values(&["valid"])
+                .inc_by(u64::from(rejected_valid));
+        }
+        return Ok(Sample {
+            image: Vec::new(),
+            label: None,
+            window,
+            layers,
+            meta: Some(meta),
+        });
+    }
+    let split = job
+        .split
+        .and_then(|s| map.split.as_ref().map(|r| r.names[s].clone()))
+        .map_or(String::new(), |s| format!(" in split {s}"));
+    let valid = min.map_or(String::new(), |m| format!(" with a valid fraction of at least {m}"));
+    Err(Error::FailedPrecondition(format!(
+        "sample {i}: no draw{split}{valid} ({rejected_split} outside the split, {rejected_valid} under the valid fraction, {reads} read; raise sampling.max_attempts or lower the threshold)"
+    )))
 }
 
 async fn load_sample(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sample, Error> {
     let ds = &job.dataset;
-    let window = job.plan.window(i);
     if let Some(map) = &ds.map {
-        return load_map_sample(job, map, cache, window).await;
+        return load_map_sample(job, map, cache, i).await;
     }
+    let window = job.plan.window(i);
     let scene = &ds.scenes[window.scene as usize];
     let image = patch::fetch_region(cache, &scene.object, window, &job.bands, ds.fill)
         .await
@@ -358,13 +434,18 @@ pub async fn run(
                     .iter()
                     .zip(layer_bytes)
                     .map(|(&l, bytes)| {
-                        let (c, h, w) = shapes[l];
+                        let (t, c, h, w) = shapes[l];
                         let spec = &map.layers[l];
+                        let mut shape = vec![n];
+                        if spec.time.is_some() {
+                            shape.push(t as i64);
+                        }
+                        shape.extend([c as i64, h as i64, w as i64]);
                         (
                             spec.name.clone(),
                             TensorOut {
                                 dtype: spec.dtype.name(),
-                                shape: vec![n, c as i64, h as i64, w as i64],
+                                shape,
                                 data: Bytes::from(bytes),
                             },
                         )
@@ -388,6 +469,32 @@ pub async fn run(
             ),
         };
         let layers: Vec<(String, TensorOut)> = layers.collect();
+        let time_masks = match &ds.map {
+            Some(map) => job
+                .layers
+                .iter()
+                .filter_map(|&l| {
+                    let spec = &map.layers[l];
+                    let t = spec.time.as_ref()?.steps;
+                    let mut mask = Vec::with_capacity(metas.len() * t);
+                    for m in &metas {
+                        let days = m.times.iter().find(|(name, _)| name == &spec.name);
+                        mask.extend(
+                            (0..t).map(|k| u8::from(days.is_some_and(|(_, d)| d.get(k).is_some_and(Option::is_some)))),
+                        );
+                    }
+                    Some((
+                        spec.name.clone(),
+                        TensorOut {
+                            dtype: "uint8",
+                            shape: vec![n, t as i64],
+                            data: Bytes::from(mask),
+                        },
+                    ))
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let batch = BatchOut {
             epoch: job.epoch,
             index: k,
@@ -404,6 +511,7 @@ pub async fn run(
             layers,
             image_layer,
             samples: metas,
+            time_masks,
         };
         if let Some(q) = &queue {
             q.pushed();

@@ -26,6 +26,9 @@ use crate::stac::{HrefRewrite, Item, ItemFilter, StacError, parse_document};
 use crate::storage::Stores;
 use crate::warp::Resampling;
 
+pub mod time;
+pub mod valid;
+
 /// Largest STAC JSON document read whole.
 const MAX_DOCUMENT_BYTES: u64 = 512 << 20;
 /// Largest stac-geoparquet file read whole (about ten million Items).
@@ -34,6 +37,10 @@ const MAX_PARQUET_BYTES: u64 = 4 << 30;
 const SOURCE_CACHE_ENTRIES: u64 = 65_536;
 /// Item JSON files read at once from a prefix.
 const LIST_CONCURRENCY: usize = 32;
+/// Data-reading draws per sample before a stream with `min_valid_fraction` fails.
+pub const DEFAULT_ATTEMPTS: u32 = 64;
+/// Pixels across the coarse footprint that estimates a valid fraction from overviews.
+const ESTIMATE_SIDE: u64 = 32;
 
 /// One output layer.
 #[derive(Debug, Clone)]
@@ -50,6 +57,21 @@ pub struct LayerSpec {
     pub asset_bands: Vec<usize>,
     /// Fill where no Item has data.
     pub nodata: f64,
+    /// Which Items the layer reads, on top of the dataset's filter.
+    pub filter: Option<ItemFilter>,
+    /// The layer's time series (None: one mosaic).
+    pub time: Option<time::TimeSpec>,
+}
+
+impl LayerSpec {
+    /// Dates stacked per sample (1 without time).
+    pub fn steps(&self) -> usize {
+        self.time.as_ref().map_or(1, |t| t.steps)
+    }
+
+    fn reads(&self, item: &Item) -> bool {
+        self.assets.iter().all(|a| item.assets.contains_key(a)) && self.filter.as_ref().is_none_or(|f| f.accepts(item))
+    }
 }
 
 /// The reference grid of one drawable Item, in the sample CRS.
@@ -76,6 +98,13 @@ pub struct SampleMeta {
     pub bounds: [f64; 4],
     pub resolution: f64,
     pub padded: bool,
+    /// The valid fraction of the reference layer (`valid`), when it was assembled.
+    pub valid_fraction: Option<f64>,
+    /// The split whose cells hold the footprint (datasets with `[datasets.split]`; None:
+    /// it straddles splits).
+    pub split: Option<String>,
+    /// Time layers: the day of each step, oldest first (None: a missing step).
+    pub times: Vec<(String, Vec<Option<String>>)>,
 }
 
 /// A STAC dataset.
@@ -101,6 +130,10 @@ pub struct MapSpace {
     stores: Arc<Stores>,
     headers: HeaderCache,
     options: OpenOptions,
+    /// `[datasets.sampling]` (None: no valid fraction is computed unless asked).
+    pub valid: Option<valid::ValidRule>,
+    /// `[datasets.split]`.
+    pub split: Option<crate::split::SplitRule>,
 }
 
 fn doc_error(doc: &str, reason: String) -> Error {
@@ -245,8 +278,19 @@ impl MapSpace {
         sort_items(&mut items, &keys);
         let reference = &c.layers[0];
         let ref_asset = &reference.assets[0];
+        let layer_filter = |l: &crate::config::LayerConfig| {
+            l.filter
+                .as_ref()
+                .map(ItemFilter::from_table)
+                .transpose()
+                .map_err(|e| bad(format!("layer {}: filter: {e}", l.name)))
+        };
+        let reads = |l: &crate::config::LayerConfig, f: &Option<ItemFilter>, it: &Item| {
+            l.assets.iter().all(|a| it.assets.contains_key(a)) && f.as_ref().is_none_or(|f| f.accepts(it))
+        };
+        let ref_filter = layer_filter(reference)?;
         let drawn: Vec<usize> = (0..items.len())
-            .filter(|&i| reference.assets.iter().all(|a| items[i].assets.contains_key(a)))
+            .filter(|&i| reads(reference, &ref_filter, &items[i]))
             .collect();
         if drawn.is_empty() {
             return Err(bad(format!(
@@ -282,10 +326,14 @@ impl MapSpace {
         // Layer specs, with defaults from the first reference source and the Items' STAC.
         let mut layers = Vec::with_capacity(c.layers.len());
         for l in &c.layers {
-            let holder = items
-                .iter()
-                .find(|it| l.assets.iter().all(|a| it.assets.contains_key(a)))
-                .ok_or_else(|| bad(format!("layer {}: no single item has all of {:?}", l.name, l.assets)))?;
+            let filter = layer_filter(l)?;
+            let time = time::TimeSpec::from_layer(l).map_err(|e| bad(format!("layer {}: {e}", l.name)))?;
+            let holder = items.iter().find(|it| reads(l, &filter, it)).ok_or_else(|| {
+                bad(format!(
+                    "layer {}: no single item (passing its filter) has all of {:?}",
+                    l.name, l.assets
+                ))
+            })?;
             let mut bands = 0;
             let mut asset_bands = Vec::with_capacity(l.assets.len());
             let mut finest = f64::INFINITY;
@@ -332,8 +380,37 @@ impl MapSpace {
                 bands,
                 asset_bands,
                 nodata: l.nodata.unwrap_or(0.0),
+                filter,
+                time,
             });
         }
+        let valid = c
+            .sampling
+            .as_ref()
+            .map(|sm| {
+                let mask_layer = match &sm.mask_layer {
+                    Some(m) => Some(
+                        layers
+                            .iter()
+                            .position(|l| &l.name == m)
+                            .ok_or_else(|| bad(format!("sampling.mask_layer {m} is not a layer")))?,
+                    ),
+                    None => None,
+                };
+                Ok::<_, Error>(valid::ValidRule {
+                    min: sm.min_valid_fraction,
+                    mask_layer,
+                    invalid_classes: sm.invalid_classes.iter().map(|&v| v as f64).collect(),
+                    max_attempts: sm.max_attempts.unwrap_or(DEFAULT_ATTEMPTS),
+                })
+            })
+            .transpose()?;
+        let split = c
+            .split
+            .as_ref()
+            .map(crate::split::SplitRule::new)
+            .transpose()
+            .map_err(|e| bad(format!("split: {e}")))?;
         let fixed = match c.crs.as_deref() {
             None => None,
             Some(s) if s.eq_ignore_ascii_case("native") => None,
@@ -409,6 +486,13 @@ impl MapSpace {
                 l.dtype.name(),
                 l.nodata
             ));
+            // Keys added later enter the hash only when set: older versions stay.
+            if l.filter.is_some() || l.time.is_some() {
+                hasher.update(format!("layer-more\t{:?}\t{:?}\n", l.filter, l.time));
+            }
+        }
+        if c.sampling.is_some() || c.split.is_some() {
+            hasher.update(format!("sampling\t{:?}\t{:?}\n", c.sampling, c.split));
         }
         hasher.update(format!(
             "crs\t{:?}\tmosaic\t{:?}\tpriority\t{keys:?}\n",
@@ -430,6 +514,8 @@ impl MapSpace {
                 stores,
                 headers,
                 options,
+                valid,
+                split,
             },
             objects,
             version,
@@ -490,7 +576,7 @@ impl MapSpace {
         near.into_iter()
             .filter(|&i| {
                 let it = &self.items[i];
-                if !layer.assets.iter().all(|a| it.assets.contains_key(a)) {
+                if !layer.reads(it) {
                     return false;
                 }
                 if let Some(b) = bb {
@@ -499,7 +585,8 @@ impl MapSpace {
                         return false;
                     }
                 }
-                if self.mosaic_all || it.id == drawn.id {
+                // A time layer chooses its dates itself.
+                if self.mosaic_all || it.id == drawn.id || layer.time.is_some() {
                     return true;
                 }
                 if it.collection != drawn.collection {
@@ -526,8 +613,119 @@ impl MapSpace {
         Ok(source)
     }
 
-    /// Assembles sample `window`: one little-endian tensor `[C, H_l, W_l]` for each layer in
-    /// `wanted` (others stay empty), and the sample's metadata.
+    /// One date's (or the only) mosaic of `layer` on `fp` from the Items `cands`
+    /// (priority order): its bytes `[C, H, W]` and the Items whose data it touches.
+    async fn layer_mosaic(
+        &self,
+        tiles: &dyn TileSource,
+        layer: &LayerSpec,
+        fp: &Footprint,
+        cands: &[usize],
+    ) -> Result<(Vec<u8>, Vec<usize>)> {
+        let mut bytes = Vec::new();
+        let mut used = Vec::new();
+        for (key, &nb) in layer.assets.iter().zip(&layer.asset_bands) {
+            let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, key))).await?;
+            // Sources the footprint misses contribute nothing: leave them out before
+            // choosing the path.
+            let mut planned = Vec::with_capacity(opened.len());
+            for (src, &i) in opened.iter().zip(cands) {
+                let p = assemble::plan_source(src, fp, layer.resampling)?;
+                if p.window.is_some() {
+                    planned.push(p);
+                    if !used.contains(&i) {
+                        used.push(i);
+                    }
+                }
+            }
+            if let [only] = planned.as_slice()
+                && let Some(window) = aligned_window(only.source, fp, layer)
+            {
+                // One source on the footprint's own grid: its pixels are the sample.
+                let bands: Vec<usize> = (0..only.source.bands).collect();
+                let object = &only.source.object;
+                let raster = crate::pipeline::patch::read(tiles, object, window, &bands, layer.nodata)
+                    .await
+                    .map_err(|e| Error::tiff(object.url.as_ref(), e))?;
+                append(&mut bytes, raster.data);
+                continue;
+            }
+            let m = assemble::mosaic_planned(tiles, &planned, nb, fp, layer.resampling).await?;
+            append(
+                &mut bytes,
+                m.to_bytes(layer.dtype, layer.nodata, layer.resampling != Resampling::Nearest),
+            );
+        }
+        Ok((bytes, used))
+    }
+
+    /// `layer` on `fp`: `[T, C, H, W]` bytes, the Items used and, for a time layer, the
+    /// day of each step.
+    async fn layer_bytes(
+        &self,
+        tiles: &dyn TileSource,
+        scene: usize,
+        layer: &LayerSpec,
+        fp: &Footprint,
+    ) -> Result<(Vec<u8>, Vec<usize>, Option<Vec<Option<String>>>)> {
+        let cands = self.candidates(scene, layer, &fp.crs, fp.bounds);
+        let Some(ts) = &layer.time else {
+            let (bytes, used) = self.layer_mosaic(tiles, layer, fp, &cands).await?;
+            return Ok((bytes, used, None));
+        };
+        // The dates whose Items meet the footprint.
+        let first = &layer.assets[0];
+        let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, first))).await?;
+        let mut meeting = Vec::with_capacity(cands.len());
+        for (src, &i) in opened.iter().zip(&cands) {
+            if assemble::plan_source(src, fp, layer.resampling)?.window.is_some() {
+                meeting.push(i);
+            }
+        }
+        let mut dates: Vec<NaiveDate> = meeting.iter().filter_map(|&i| day(&self.items[i])).collect();
+        dates.sort_unstable();
+        dates.dedup();
+        let reference = day(&self.items[self.drawn[scene]]);
+        let picked = ts.select(&dates, reference);
+        // Every step at once: one round trip of latency, not T.
+        let steps = futures::future::try_join_all(picked.iter().map(|d| {
+            let of_day: Vec<usize> = meeting
+                .iter()
+                .copied()
+                .filter(|&i| d.is_some() && day(&self.items[i]) == *d)
+                .collect();
+            async move {
+                match d {
+                    None => Ok(None),
+                    Some(_) => self.layer_mosaic(tiles, layer, fp, &of_day).await.map(Some),
+                }
+            }
+        }))
+        .await?;
+        let (w, h) = (fp.width() as usize, fp.height() as usize);
+        let mut bytes = Vec::with_capacity(ts.steps * layer.bands * w * h * layer.dtype.size());
+        let mut used = Vec::new();
+        for step in steps {
+            match step {
+                Some((b, u)) => {
+                    bytes.extend_from_slice(&b);
+                    used.extend(u);
+                }
+                None => bytes.extend_from_slice(&crate::warp::Mosaic::new(layer.bands, w, h).to_bytes(
+                    layer.dtype,
+                    layer.nodata,
+                    false,
+                )),
+            }
+        }
+        let days = picked.iter().map(|d| d.map(|d| d.to_string())).collect();
+        Ok((bytes, used, Some(days)))
+    }
+
+    /// Assembles sample `window`: one little-endian tensor `[C, H_l, W_l]` (time layers
+    /// `[T, C, H_l, W_l]`) for each layer in `wanted` (others stay empty), and the
+    /// sample's metadata. With the reference layer among them its valid fraction is
+    /// computed (with the mask layer's classes when that is among them too).
     pub async fn sample(
         &self,
         tiles: &dyn TileSource,
@@ -540,47 +738,28 @@ impl MapSpace {
         let mut out = Vec::with_capacity(self.layers.len());
         // Items sort in priority order, so their indices do too.
         let mut used = std::collections::BTreeSet::new();
+        let mut times = Vec::new();
         for (li, layer) in self.layers.iter().enumerate() {
             if !wanted.contains(&li) {
                 out.push(Vec::new());
                 continue;
             }
             let fp = Footprint::new(crs.clone(), bounds, layer.resolution)?;
-            let cands = self.candidates(scene, layer, &crs, bounds);
-            let mut bytes = Vec::new();
-            for (key, &nb) in layer.assets.iter().zip(&layer.asset_bands) {
-                let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, key))).await?;
-                // Sources the footprint misses contribute nothing: leave them out before
-                // choosing the path.
-                let mut planned = Vec::with_capacity(opened.len());
-                for (src, &i) in opened.iter().zip(&cands) {
-                    let p = assemble::plan_source(src, &fp, layer.resampling)?;
-                    if p.window.is_some() {
-                        planned.push(p);
-                        used.insert(i);
-                    }
-                }
-                if let [only] = planned.as_slice()
-                    && let Some(window) = aligned_window(only.source, &fp, layer)
-                {
-                    // One source on the footprint's own grid: its pixels are the sample.
-                    let bands: Vec<usize> = (0..only.source.bands).collect();
-                    let object = &only.source.object;
-                    let raster = crate::pipeline::patch::read(tiles, object, window, &bands, layer.nodata)
-                        .await
-                        .map_err(|e| Error::tiff(object.url.as_ref(), e))?;
-                    append(&mut bytes, raster.data);
-                    continue;
-                }
-                let m = assemble::mosaic_planned(tiles, &planned, nb, &fp, layer.resampling).await?;
-                append(
-                    &mut bytes,
-                    m.to_bytes(layer.dtype, layer.nodata, layer.resampling != Resampling::Nearest),
-                );
+            let (bytes, u, days) = self.layer_bytes(tiles, scene, layer, &fp).await?;
+            used.extend(u);
+            if let Some(days) = days {
+                times.push((layer.name.clone(), days));
             }
             out.push(bytes);
         }
         let drawn = &self.items[self.drawn[scene]];
+        let present: Vec<(String, Vec<bool>)> = times
+            .iter()
+            .map(|(name, days): &(String, Vec<Option<String>>)| {
+                (name.clone(), days.iter().map(Option::is_some).collect())
+            })
+            .collect();
+        let valid_fraction = self.valid_fraction(&out, &present, window.width, 1.0);
         Ok((
             out,
             SampleMeta {
@@ -591,18 +770,91 @@ impl MapSpace {
                 bounds,
                 resolution: self.layers[0].resolution,
                 padded: window.padded,
+                valid_fraction,
+                split: self
+                    .split
+                    .as_ref()
+                    .and_then(|s| s.footprint_split(&crs, bounds).map(|i| s.names[i].clone())),
+                times,
             },
         ))
     }
 
-    /// Output shape `(C, H, W)` of each layer for a `patch` × `patch` reference window.
-    pub fn layer_shapes(&self, patch: u32) -> Vec<(usize, usize, usize)> {
-        let r0 = self.layers[0].resolution;
+    /// The valid fraction of assembled layers `out` of a `patch`-pixel window whose
+    /// layers were built at `coarsen` times their resolution (None without the reference
+    /// layer).
+    fn valid_fraction(&self, out: &[Vec<u8>], times: &[(String, Vec<bool>)], patch: u32, coarsen: f64) -> Option<f64> {
+        let view = |li: usize| -> Option<valid::LayerView<'_>> {
+            let l = &self.layers[li];
+            let bytes = out.get(li).filter(|b| !b.is_empty())?;
+            let present = times
+                .iter()
+                .find(|(name, _)| name == &l.name)
+                .map(|(_, p)| p.as_slice());
+            let side = self.layer_side(patch, l.resolution.max(self.layers[0].resolution * coarsen));
+            Some(valid::LayerView {
+                bytes,
+                dtype: l.dtype,
+                steps: l.steps(),
+                bands: l.bands,
+                height: side,
+                width: side,
+                nodata: l.nodata,
+                present,
+            })
+        };
+        let reference = view(0)?;
+        let rule = self.valid.as_ref();
+        let mask = rule
+            .and_then(|r| r.mask_layer)
+            .and_then(|m| Some((view(m)?, rule?.invalid_classes.as_slice())));
+        valid::fraction(&reference, mask.as_ref().map(|(v, c)| (v, *c)))
+    }
+
+    /// Estimates the valid fraction of `window` from a footprint about `ESTIMATE_SIDE`
+    /// pixels across (overview levels do the reading); None when the window is already
+    /// that small (the full assembly costs as much) or the reference layer is a time
+    /// series.
+    pub async fn estimate_valid(&self, tiles: &dyn TileSource, window: &WindowSpec) -> Result<Option<f64>> {
+        let f = u64::from(window.width) / ESTIMATE_SIDE;
+        if f < 2 || self.layers[0].time.is_some() {
+            return Ok(None);
+        }
+        let scene = window.scene as usize;
+        let crs = self.grids[scene].crs.clone();
+        let bounds = self.bounds(window);
+        let coarse = self.layers[0].resolution * f as f64;
+        let mut out = vec![Vec::new(); self.layers.len()];
+        let mask = self.valid.as_ref().and_then(|r| r.mask_layer);
+        for li in std::iter::once(0).chain(mask) {
+            let layer = &self.layers[li];
+            let fp = Footprint::new(crs.clone(), bounds, layer.resolution.max(coarse))?;
+            out[li] = self.layer_bytes(tiles, scene, layer, &fp).await?.0;
+        }
+        Ok(self.valid_fraction(&out, &[], window.width, f as f64))
+    }
+
+    /// Whether `window`'s footprint lies in split `split` (its cells all of that split).
+    pub fn in_split(&self, window: &WindowSpec, split: usize) -> bool {
+        let crs = &self.grids[window.scene as usize].crs;
+        self.split
+            .as_ref()
+            .is_some_and(|s| s.footprint_split(crs, self.bounds(window)) == Some(split))
+    }
+
+    /// Pixels across a layer at `resolution` for a `patch`-pixel reference window.
+    fn layer_side(&self, patch: u32, resolution: f64) -> usize {
+        ((patch as f64 * self.layers[0].resolution) / resolution + 0.5).floor() as usize
+    }
+
+    /// Output shape `(T, C, H, W)` of each layer for a `patch` × `patch` reference window
+    /// (T = 1 for layers without time).
+    pub fn layer_shapes(&self, patch: u32) -> Vec<(usize, usize, usize, usize)> {
         self.layers
             .iter()
             .map(|l| {
-                let side = ((patch as f64 * r0) / l.resolution + 0.5).floor() as usize;
-                (l.bands, side, side)
+                let side = self.layer_side(patch, l.resolution);
+                (l.steps(), l.bands, side, side)
             })
             .collect()
     }

@@ -1,0 +1,74 @@
+"""Space-time samples through the Python client, on the daemon's embedded `demo-series`
+dataset (Sentinel-2 dates with their SCL cloud mask, Sentinel-1 ascending and descending,
+labels in EPSG:4326): time tensors and masks, valid fractions recomputed with numpy,
+splits, and the torch dataset on a multi-sensor stream."""
+
+import numpy as np
+import pytest
+
+import cogfeed
+from conftest import requires_torch
+
+INVALID = [0, 1, 3, 8, 9, 10]
+
+
+def numpy_valid_fraction(s2, scl, present):
+    """s2 [T, C, H, W] uint16 (nodata 0), scl [1, H/2, W/2] classes, present [T] bool."""
+    mask = np.isin(scl[0], INVALID).repeat(2, axis=0).repeat(2, axis=1)  # each 20 m pixel covers 2 x 2
+    data = (s2[present] != 0).any(axis=1)  # [T', H, W]
+    if data.shape[0] == 0:
+        return 0.0
+    return float((data & ~mask[None]).sum() / data.size)
+
+
+def test_time_series_masks_and_valid_fractions(daemon):
+    with cogfeed.Client(daemon.address) as c:
+        info = c.describe("demo-series")
+        assert [l.name for l in info.layers] == ["s2", "scl", "s1_asc", "s1_desc", "label"]
+    loader = cogfeed.Loader(daemon.address, "demo-series", patch_size=64, batch_size=4, samples_per_epoch=16,
+                            seed=5, split="train")
+    batches = list(loader)
+    assert len(batches) == len(loader) == 4
+    for b in batches:
+        assert b["s2"].shape == (4, 3, 4, 64, 64) and b["s2"].dtype == np.uint16
+        assert b["s1_asc"].shape == (4, 2, 2, 32, 32)
+        assert b["scl"].shape == (4, 1, 32, 32)
+        assert b.time_masks["s2"].shape == (4, 3)
+        for i, m in enumerate(b.meta):
+            days = m.datetimes["s2"]
+            present = np.array([d != "" for d in days])
+            assert np.array_equal(b.time_masks["s2"][i].astype(bool), present)
+            assert [d for d in days if d] == sorted(d for d in days if d)
+            assert days[-1] == m.datetime[:10], "latest: the drawn date is the last step"
+            assert m.split == "train"
+            expected = numpy_valid_fraction(b["s2"][i], b["scl"][i], present)
+            assert m.valid_fraction == pytest.approx(expected, abs=1e-12)
+            assert m.valid_fraction >= 0.5
+            # Missing steps are nodata.
+            assert (b["s2"][i][~present] == 0).all()
+
+
+def test_unknown_split_is_a_clear_error(daemon):
+    with pytest.raises(cogfeed.CogfeedError, match="no split"):
+        list(cogfeed.Loader(daemon.address, "demo-series", patch_size=32, batch_size=2, max_batches=1,
+                            split="holdout"))
+    with pytest.raises(cogfeed.CogfeedError, match="no \\[datasets.split\\]"):
+        list(cogfeed.Loader(daemon.address, "demo-stac", patch_size=32, batch_size=2, max_batches=1, split="val"))
+
+
+@requires_torch
+def test_torch_dataset_yields_the_multi_sensor_tensors(daemon):
+    import torch
+
+    from cogfeed.torch import StreamDataset
+
+    ds = StreamDataset(daemon.address, "demo-series", patch_size=32, batch_size=2, samples_per_epoch=4,
+                       split="val", layers=["s2", "s1_desc", "label"])
+    batches = list(ds)
+    assert len(batches) == 2
+    b = batches[0]
+    assert tuple(b["s2"].shape) == (2, 3, 4, 32, 32)
+    assert tuple(b["s1_desc"].shape) == (2, 2, 2, 16, 16)
+    assert tuple(b["label"].shape) == (2, 1, 32, 32)
+    assert isinstance(b["s2"], torch.Tensor)
+    assert b["s2_mask"].dtype == torch.bool and tuple(b["s2_mask"].shape) == (2, 3)

@@ -1,0 +1,293 @@
+//! Space-time samples through the daemon, on the time-series demo (`demo-series`): time
+//! layers pick the dates their rule says and equal `cogfeed warp` of each date's Items;
+//! valid fractions equal a direct computation over the delivered tensors and respect the
+//! minimum; splits hold; streams are deterministic and resume with another world size.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use cogfeed_client::{Batch, pb};
+use cogfeed_server::assemble::command::{WarpRequest, warp};
+use cogfeed_server::config::Config;
+use cogfeed_server::storage::StoreOptions;
+use common::inproc::{collect, start};
+
+const S2_DATES: [&str; 5] = ["2024-04-18", "2024-05-08", "2024-05-28", "2024-06-17", "2024-07-07"];
+const INVALID: [u8; 6] = [0, 1, 3, 8, 9, 10];
+
+fn series_config(dir: &Path) -> Config {
+    let items = cogfeed_server::demo_series::write_series_demo(&dir.join("series")).unwrap();
+    let mut c = Config::demo(dir);
+    c.datasets = vec![Config::demo_series(&items)];
+    c
+}
+
+fn request(sampler: pb::Sampler, patch: u32, batch: u32, n: u64) -> pb::StreamBatchesRequest {
+    pb::StreamBatchesRequest {
+        dataset: "demo-series".into(),
+        job: "series-test".into(),
+        sampler: sampler as i32,
+        patch_size: patch,
+        batch_size: batch,
+        seed: 11,
+        world_size: 1,
+        samples_per_epoch: n,
+        ..Default::default()
+    }
+}
+
+fn dates_of<'a>(m: &'a pb::SampleInfo, layer: &str) -> &'a [String] {
+    &m.datetimes.iter().find(|d| d.layer == layer).unwrap().dates
+}
+
+/// Sample `i`'s slice of a layer tensor.
+fn slice<'a>(b: &'a Batch, layer: &str, i: usize) -> &'a [u8] {
+    let t = b.layer(layer).unwrap();
+    let per = t.data.len() / b.samples.len();
+    &t.data[i * per..(i + 1) * per]
+}
+
+fn u16s(bytes: &[u8]) -> Vec<u16> {
+    bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect()
+}
+
+/// The valid fraction computed here from the delivered s2 and scl tensors.
+fn direct_valid_fraction(s2: &[u8], scl: &[u8], present: &[bool], side: usize) -> f64 {
+    let v = u16s(s2);
+    let plane = side * side;
+    let (mut valid, mut total) = (0usize, 0usize);
+    for (t, _) in present.iter().enumerate().filter(|(_, p)| **p) {
+        for p in 0..plane {
+            let (r, c) = (p / side, p % side);
+            let class = scl[(r / 2) * (side / 2) + c / 2];
+            let data = (0..4).any(|b| v[t * 4 * plane + b * plane + p] != 0);
+            total += 1;
+            if data && !INVALID.contains(&class) {
+                valid += 1;
+            }
+        }
+    }
+    if total == 0 { 0.0 } else { valid as f64 / total as f64 }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_layers_valid_fractions_and_splits_hold_for_every_sample() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = start(series_config(tmp.path())).await;
+    let items = tmp.path().join("series/items.json").to_string_lossy().into_owned();
+    let mut r = request(pb::Sampler::Random, 64, 8, 32);
+    r.split = "train".into();
+    let batches = collect(&d.addr, r).await;
+    assert_eq!(batches.len(), 4);
+    let (mut padded_steps, mut checked_steps) = (0, 0);
+    for b in &batches {
+        let n = b.samples.len();
+        assert_eq!(n, 8);
+        assert_eq!(b.layer("s2").unwrap().shape, vec![n, 3, 4, 64, 64]);
+        assert_eq!(b.layer("scl").unwrap().shape, vec![n, 1, 32, 32]);
+        assert_eq!(b.layer("s1_asc").unwrap().shape, vec![n, 2, 2, 32, 32]);
+        assert_eq!(b.layer("s1_desc").unwrap().shape, vec![n, 2, 2, 32, 32]);
+        assert_eq!(b.layer("label").unwrap().shape, vec![n, 1, 64, 64]);
+        let mask = &b.time_masks.iter().find(|(l, _)| l == "s2").unwrap().1;
+        assert_eq!(mask.shape, vec![n, 3]);
+        for (i, m) in b.samples.iter().enumerate() {
+            assert_eq!(m.split, "train");
+            // latest: the 3 latest S2 dates up to the drawn Item's, oldest first.
+            let drawn_day = m.datetime[..10].to_string();
+            let upto: Vec<&str> = S2_DATES.iter().copied().filter(|d| *d <= drawn_day.as_str()).collect();
+            let mut expected: Vec<String> = vec![String::new(); 3usize.saturating_sub(upto.len())];
+            expected.extend(upto[upto.len().saturating_sub(3)..].iter().map(|s| s.to_string()));
+            let got = dates_of(m, "s2");
+            assert_eq!(got, expected.as_slice(), "sample {i} drawn {}", m.drawn);
+            let present: Vec<bool> = got.iter().map(|d| !d.is_empty()).collect();
+            assert_eq!(
+                &mask.data[i * 3..i * 3 + 3],
+                present.iter().map(|&p| u8::from(p)).collect::<Vec<_>>()
+            );
+            // Sentinel-1: only its own orbit state, oldest first.
+            for (layer, tag) in [("s1_asc", "ASC"), ("s1_desc", "DSC")] {
+                let days = dates_of(m, layer);
+                assert_eq!(days.len(), 2);
+                assert!(days.windows(2).all(|w| w[0].is_empty() || w[0] < w[1]));
+                let used: Vec<&String> = m.items.iter().filter(|id| id.starts_with("S1A")).collect();
+                for day in days.iter().filter(|d| !d.is_empty()) {
+                    let compact = day.replace('-', "");
+                    assert!(
+                        used.iter().any(|id| id.contains(&compact) && id.ends_with(tag)),
+                        "{layer} {day} {used:?}"
+                    );
+                }
+            }
+            // The valid fraction equals a direct computation and meets the minimum.
+            let side = 64;
+            let direct = direct_valid_fraction(slice(b, "s2", i), slice(b, "scl", i), &present, side);
+            let reported = m.valid_fraction.unwrap();
+            assert!((reported - direct).abs() < 1e-12, "sample {i}: {reported} vs {direct}");
+            assert!(reported >= 0.5, "sample {i}: {reported}");
+            // Each present step is `cogfeed warp` of that date's S2 Items.
+            let s2 = slice(b, "s2", i);
+            let step_bytes = s2.len() / 3;
+            for (t, day) in got.iter().enumerate() {
+                let step = &s2[t * step_bytes..(t + 1) * step_bytes];
+                if day.is_empty() {
+                    padded_steps += 1;
+                    assert!(step.iter().all(|&v| v == 0));
+                    continue;
+                }
+                let compact = day.replace('-', "");
+                let ids: Vec<String> = m
+                    .items
+                    .iter()
+                    .filter(|id| id.starts_with("S2B") && id.contains(&compact))
+                    .cloned()
+                    .collect();
+                assert!(!ids.is_empty());
+                let w = warp(
+                    &WarpRequest {
+                        items: items.clone(),
+                        ids,
+                        assets: ["B02", "B03", "B04", "B08"].iter().map(|s| s.to_string()).collect(),
+                        crs: m.crs.clone(),
+                        bounds: [m.bounds[0], m.bounds[1], m.bounds[2], m.bounds[3]],
+                        resolution: 10.0,
+                        resampling: "bilinear".into(),
+                        nodata: 0.0,
+                    },
+                    &StoreOptions::default(),
+                )
+                .await
+                .unwrap();
+                assert!(w.data == step, "sample {i} step {t} ({day}) differs from cogfeed warp");
+                checked_steps += 1;
+            }
+        }
+    }
+    assert!(checked_steps > 40, "{checked_steps} steps checked");
+    assert!(padded_steps > 0, "no sample drawn early enough to pad its series");
+    // Rejections happened and were counted (the demo's clouds and no-data edges).
+    let metrics = d.app.metrics.render();
+    assert!(
+        metrics.contains("cogfeed_rejected_draws_total{reason=\"valid\"}"),
+        "no valid-fraction rejection"
+    );
+    assert!(
+        metrics.contains("cogfeed_rejected_draws_total{reason=\"split\"}"),
+        "no split rejection"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn train_and_val_footprints_never_overlap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = start(series_config(tmp.path())).await;
+    let mut footprints = Vec::new();
+    for split in ["train", "val"] {
+        let mut r = request(pb::Sampler::Random, 48, 16, 64);
+        r.split = split.into();
+        r.layers = vec!["label".into()];
+        for b in collect(&d.addr, r).await {
+            for m in &b.samples {
+                assert_eq!(m.split, split);
+                footprints.push((split, m.crs.clone(), m.bounds.clone()));
+            }
+        }
+    }
+    let wgs = cogfeed_server::grid::Crs::from_epsg(4326).unwrap();
+    // Both zones are drawn from, and no train footprint meets a val one (dense points of
+    // each carried into the other's CRS).
+    assert!(footprints.iter().any(|f| f.1 == "EPSG:32632") && footprints.iter().any(|f| f.1 == "EPSG:32633"));
+    let _ = wgs;
+    for (sa, ca, ba) in footprints.iter().filter(|f| f.0 == "train") {
+        for (_, cb, bb) in footprints.iter().filter(|f| f.0 == "val") {
+            let (a, b) = (
+                cogfeed_server::grid::Crs::parse(ca).unwrap(),
+                cogfeed_server::grid::Crs::parse(cb).unwrap(),
+            );
+            let t = cogfeed_server::grid::Transformer::new(&a, &b);
+            for i in 1..20 {
+                for j in 1..20 {
+                    let x = ba[0] + (ba[2] - ba[0]) * i as f64 / 20.0;
+                    let y = ba[1] + (ba[3] - ba[1]) * j as f64 / 20.0;
+                    let (x, y) = t.point(x, y).unwrap();
+                    assert!(
+                        !(x > bb[0] && x < bb[2] && y > bb[1] && y < bb[3]),
+                        "a {sa} footprint {ba:?} ({ca}) overlaps a val one {bb:?} ({cb})"
+                    );
+                }
+            }
+        }
+    }
+    // A grid refuses a split; an unknown split is named in the error.
+    let mut client = cogfeed_client::Client::connect(&d.addr).await.unwrap();
+    let mut r = request(pb::Sampler::Grid, 64, 8, 0);
+    r.split = "val".into();
+    let e = match client.stream(r).await {
+        Err(e) => e.to_string(),
+        Ok(mut s) => {
+            use futures::StreamExt;
+            s.next().await.unwrap().unwrap_err().to_string()
+        }
+    };
+    assert!(e.contains("grid"), "{e}");
+    let mut r = request(pb::Sampler::Random, 64, 8, 8);
+    r.split = "holdout".into();
+    let e = match client.stream(r).await {
+        Err(e) => e.to_string(),
+        Ok(mut s) => {
+            use futures::StreamExt;
+            s.next().await.unwrap().unwrap_err().to_string()
+        }
+    };
+    assert!(e.contains("train, val"), "{e}");
+}
+
+fn sample_keys(batches: &[Batch]) -> Vec<(String, Vec<u64>)> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            b.samples.iter().enumerate().map(move |(i, m)| {
+                let mut h = sha2::Sha256::new();
+                use sha2::Digest;
+                for (name, _) in &b.layers {
+                    h.update(slice(b, name, i));
+                }
+                (
+                    format!("{}{:?}{}", m.drawn, m.bounds, hex::encode(h.finalize())),
+                    vec![b.cursor],
+                )
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejection_sampling_is_deterministic_and_resumes_with_another_world_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = start(series_config(tmp.path())).await;
+    let mut r = request(pb::Sampler::Random, 32, 4, 32);
+    r.split = "train".into();
+    let full = collect(&d.addr, r.clone()).await;
+    let again = collect(&d.addr, r.clone()).await;
+    let keys: Vec<String> = sample_keys(&full).into_iter().map(|k| k.0).collect();
+    assert_eq!(keys, sample_keys(&again).into_iter().map(|k| k.0).collect::<Vec<_>>());
+    // Stop after 2 batches (cursor 8), resume with two ranks.
+    let cursor = full[1].cursor;
+    let mut resumed: BTreeSet<String> = keys[..8].iter().cloned().collect();
+    for rank in 0..2 {
+        let mut rr = r.clone();
+        rr.world_size = 2;
+        rr.rank = rank;
+        rr.cursor = cursor;
+        for k in sample_keys(&collect(&d.addr, rr).await) {
+            assert!(resumed.insert(k.0), "a sample came twice");
+        }
+    }
+    assert_eq!(resumed, keys.iter().cloned().collect::<BTreeSet<_>>());
+}
