@@ -114,7 +114,7 @@ def test_unknown_dataset_raises_naming_it(daemon):
 def test_client_calls(daemon):
     with cogfeed.Client(daemon.address) as c:
         names = [d.name for d in c.datasets()]
-        assert names == ["demo", "demo-stac"]
+        assert names == ["demo", "demo-series", "demo-stac"]
         (d,) = [d for d in c.datasets() if d.name == "demo"]
         assert (d.name, d.scenes, d.labels) == ("demo", 4, True)
         info = c.describe("demo")

@@ -24,7 +24,8 @@ def test_matches_protobuf():
         label = (rng.random((2, 5, 7)) * 8).astype(np.uint8)
         raw = make(dtype, arr, label)
         meta, image, lab, windows, skipped = decode_batch(raw)
-        assert meta == {"epoch": 3, "index": 7, "cursor": 99, "batches_in_epoch": 12, "layers": {}, "samples": []}
+        assert meta == {"epoch": 3, "index": 7, "cursor": 99, "batches_in_epoch": 12, "layers": {}, "samples": [],
+                        "time_masks": {}}
         assert image.dtype == np_dtype and np.array_equal(image, arr)
         assert np.array_equal(lab, label)
         # The 7th column is Window.padded.
