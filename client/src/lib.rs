@@ -118,6 +118,8 @@ pub struct Batch {
     pub samples: Vec<pb::SampleInfo>,
     /// Time layers: uint8 `[B, T]`, 1 where a step holds a date, by layer name.
     pub time_masks: Vec<(String, Tensor)>,
+    /// The points sampler: each point attribute, float64 `[B]`, by name.
+    pub targets: Vec<(String, Tensor)>,
 }
 
 impl Tensor {
@@ -160,6 +162,14 @@ impl Batch {
                 .collect(),
             samples: self.samples.clone(),
             image_layer,
+            targets: self
+                .targets
+                .iter()
+                .map(|(name, t)| pb::NamedTensor {
+                    name: name.clone(),
+                    tensor: Some(t.to_pb()),
+                })
+                .collect(),
             time_masks: self
                 .time_masks
                 .iter()
@@ -203,6 +213,16 @@ impl TryFrom<pb::Batch> for Batch {
                 layers
             },
             samples: b.samples,
+            targets: b
+                .targets
+                .into_iter()
+                .map(|l| {
+                    let t = l
+                        .tensor
+                        .ok_or_else(|| ClientError::Malformed(format!("target {} without a tensor", l.name)))?;
+                    Ok((l.name, Tensor::from_pb(t)?))
+                })
+                .collect::<Result<_, ClientError>>()?,
             time_masks: b
                 .time_masks
                 .into_iter()

@@ -114,7 +114,7 @@ enum Command {
 struct Selection {
     #[arg(long)]
     dataset: String,
-    /// aligned, random or grid.
+    /// aligned, random, grid or points (datasets with points).
     #[arg(long, default_value = "random")]
     sampler: String,
     #[arg(long, default_value_t = 256)]
@@ -175,7 +175,8 @@ impl Selection {
             "aligned" => pb::Sampler::Aligned,
             "random" => pb::Sampler::Random,
             "grid" => pb::Sampler::Grid,
-            other => anyhow::bail!("unknown sampler {other:?} (aligned, random, grid)"),
+            "points" => pb::Sampler::Points,
+            other => anyhow::bail!("unknown sampler {other:?} (aligned, random, grid, points)"),
         };
         Ok(pb::StreamBatchesRequest {
             dataset: self.dataset.clone(),
@@ -339,6 +340,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                                     "resolution": m.resolution, "padded": m.padded, "datetime": m.datetime,
                                     "valid_fraction": m.valid_fraction, "split": m.split,
                                 });
+                                if !m.point_id.is_empty() {
+                                    s["point_id"] = m.point_id.clone().into();
+                                    s["targets"] = serde_json::json!(m.targets);
+                                }
                                 if !m.datetimes.is_empty() {
                                     s["datetimes"] = m
                                         .datetimes
@@ -350,6 +355,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                                 s
                             })
                             .collect();
+                        if !b.targets.is_empty() {
+                            line["targets"] = b
+                                .targets
+                                .iter()
+                                .map(|(name, t)| {
+                                    let v: Vec<f64> = t
+                                        .data
+                                        .chunks_exact(8)
+                                        .map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default()))
+                                        .collect();
+                                    (name.clone(), serde_json::json!(v))
+                                })
+                                .collect::<serde_json::Map<_, _>>()
+                                .into();
+                        }
                         if !b.time_masks.is_empty() {
                             line["time_masks"] = b
                                 .time_masks

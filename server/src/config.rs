@@ -540,6 +540,13 @@ pub struct DatasetConfig {
     /// STAC datasets: spatial train/val/test splits.
     #[serde(default)]
     pub split: Option<SplitConfig>,
+    /// STAC datasets: points for the `points` sampler (GeoJSON of Point features, or CSV
+    /// with lon/lat columns); their numeric attributes travel as targets.
+    #[serde(default)]
+    pub points: Option<String>,
+    /// CRS of `points` (default EPSG:4326).
+    #[serde(default)]
+    pub points_crs: Option<String>,
 }
 
 /// `[[datasets.layers]]`: one named output of a STAC dataset.
@@ -628,6 +635,7 @@ impl DatasetConfig {
                 ("mosaic", self.mosaic.is_some()),
                 ("aoi", self.aoi.is_some()),
                 ("sampling", self.sampling.is_some()),
+                ("points", self.points.is_some()),
                 ("split", self.split.is_some()),
             ];
             if let Some((k, _)) = stray.iter().find(|(_, set)| *set) {
@@ -1039,6 +1047,9 @@ impl Config {
                     .collect(),
                 seed: 0,
             }),
+            points: items
+                .parent()
+                .map(|d| d.join("points.geojson").to_string_lossy().into_owned()),
             ..Default::default()
         }
     }

@@ -12,7 +12,9 @@
 //! - Sentinel-1-like Items on 4 dates, `sat:orbit_state` ascending or descending: vv, vh at
 //!   20 m (uint16 scaled dB, nodata 0).
 //!
-//! plus the land-cover label raster of `demo_stac` in EPSG:4326.
+//! plus the land-cover label raster of `demo_stac` in EPSG:4326, and `points.geojson`: 60
+//! field-survey points (lon/lat) with a `biomass`, a `crop` class and an `irrigated` flag,
+//! two of them outside both tiles.
 
 use std::path::{Path, PathBuf};
 
@@ -132,13 +134,44 @@ fn feature(
     })
 }
 
+/// Writes `points.geojson` into `dir`: a jittered lattice over both tiles, plus two
+/// points outside them.
+fn write_points(dir: &Path) -> std::io::Result<()> {
+    let mut points = Vec::new();
+    for k in 0..60u64 {
+        let mut r = rng::Rng::new(rng::key(&[k, 0x50]));
+        let (lon, lat) = if k >= 58 {
+            (11.5 + 0.1 * k as f64 - 5.8, 47.5)
+        } else {
+            (11.967 + 0.053 * r.unit(), 46.506 + 0.024 * r.unit())
+        };
+        let crop = class_at(lon, lat);
+        points.push(json!({
+            "type": "Feature", "id": format!("P{k:03}"),
+            "geometry": {"type": "Point", "coordinates": [lon, lat]},
+            "properties": {"biomass": ((crop as f64 * 1.5 + r.unit()) * 100.0).round() / 100.0,
+                           "crop": crop, "irrigated": k % 3 == 0, "surveyor": "demo"},
+        }));
+    }
+    let tmp = dir.join("points.geojson.tmp");
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(&json!({"type": "FeatureCollection", "features": points}))
+            .map_err(std::io::Error::other)?,
+    )?;
+    std::fs::rename(&tmp, dir.join("points.geojson"))
+}
+
 /// Writes the archive into `dir` (kept if already there) and returns its `items.json`.
 pub fn write_series_demo(dir: &Path) -> std::io::Result<PathBuf> {
     let items_path = dir.join("items.json");
+    std::fs::create_dir_all(dir.join("tiff"))?;
+    if !dir.join("points.geojson").exists() {
+        write_points(dir)?;
+    }
     if items_path.exists() {
         return Ok(items_path);
     }
-    std::fs::create_dir_all(dir.join("tiff"))?;
     let wgs = Crs::from_epsg(4326).map_err(std::io::Error::other)?;
     let mut features = Vec::new();
     let extent = SERIES_PX as f64 * 10.0;

@@ -9,6 +9,8 @@
 //!   scene.
 //! - `grid`: a stride cover of every scene in scene/row/column order; windows that run past
 //!   the right or bottom edge are padded with the fill value.
+//! - `points`: one window centred on each of a list of points (scene, column, row), every
+//!   point once per epoch in a seeded permutation.
 //!
 //! Ranks: rank r of W takes, at each global step of `B x W` samples, the r-th run of `B`.
 //! Every rank gets `floor((N - cursor) / (B x W))` batches (the tail of fewer than `B x W`
@@ -23,7 +25,11 @@ pub enum SamplerKind {
     Aligned,
     Random,
     Grid,
+    Points,
 }
+
+/// A point to centre a window on: scene, column, row (pixels of the scene's grid).
+pub type PointCentre = [u64; 3];
 
 /// One window of one scene.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +74,8 @@ pub struct Plan {
     cumulative: Vec<u64>,
     len: u64,
     permutation: Option<Feistel>,
+    /// `points`: the centres, in the dataset's point order (after any split filter).
+    centres: Option<std::sync::Arc<Vec<(usize, PointCentre)>>>,
 }
 
 impl Plan {
@@ -109,6 +117,7 @@ impl Plan {
                     }
                     grid_steps(s.width, p, stride) * grid_steps(s.height, p, stride)
                 }
+                SamplerKind::Points => return Err("the points sampler needs a dataset with points".into()),
             };
             total = total.saturating_add(count);
             cumulative.push(total);
@@ -142,7 +151,45 @@ impl Plan {
             cumulative,
             len,
             permutation,
+            centres: None,
         })
+    }
+
+    /// A `points` plan: one window centred on each of `centres` (point index, centre),
+    /// visited once per epoch in a seeded permutation.
+    pub fn points(
+        spec: PlanSpec,
+        scenes: Vec<SceneGrid>,
+        centres: std::sync::Arc<Vec<(usize, PointCentre)>>,
+    ) -> Result<Self, String> {
+        if spec.patch == 0 {
+            return Err("patch_size must be positive".into());
+        }
+        if centres.is_empty() {
+            return Err("no point lies in the dataset's grids (or in the requested split)".into());
+        }
+        if let Some(&(_, [s, ..])) = centres.iter().find(|(_, c)| c[0] as usize >= scenes.len()) {
+            return Err(format!("a point names scene {s}, past the dataset's scenes"));
+        }
+        let len = centres.len() as u64;
+        Ok(Self {
+            permutation: Some(Feistel::new(len, rng::key(&[spec.seed, spec.epoch, 0xA7]))),
+            spec: PlanSpec {
+                kind: SamplerKind::Points,
+                ..spec
+            },
+            cumulative: vec![len],
+            scenes,
+            len,
+            centres: Some(centres),
+        })
+    }
+
+    /// `points`: the index (in the dataset's points) of sample `i`'s point.
+    pub fn point_of(&self, i: u64) -> Option<usize> {
+        let centres = self.centres.as_ref()?;
+        let n = self.permutation.as_ref().map_or(i, |f| f.apply(i));
+        centres.get(n as usize).map(|c| c.0)
     }
 
     /// The epoch this plan draws.
@@ -170,6 +217,17 @@ impl Plan {
     pub fn window(&self, i: u64) -> WindowSpec {
         let p = self.spec.patch as u64;
         let (scene, col, row) = match self.spec.kind {
+            SamplerKind::Points => {
+                let n = self.permutation.as_ref().map_or(i, |f| f.apply(i));
+                let c = self
+                    .centres
+                    .as_ref()
+                    .and_then(|c| c.get(n as usize))
+                    .map_or([0; 3], |c| c.1);
+                // Centred (the centre pixel is the one right of and below the middle for an
+                // even patch); a window that would start before the grid starts at its edge.
+                (c[0] as usize, c[1].saturating_sub(p / 2), c[2].saturating_sub(p / 2))
+            }
             SamplerKind::Aligned => {
                 let n = self.permutation.as_ref().map_or(i, |f| f.apply(i));
                 let (scene, k) = self.locate(n);
@@ -215,7 +273,7 @@ impl Plan {
         let total = *self.cumulative.last()?;
         let mut r = rng::Rng::new(rng::key(&[self.spec.seed, self.spec.epoch, i, attempt as u64, 0xD4]));
         let (scene, col, row) = match self.spec.kind {
-            SamplerKind::Grid => return None,
+            SamplerKind::Grid | SamplerKind::Points => return None,
             SamplerKind::Random => {
                 let (scene, k) = self.locate(r.below(total));
                 let across = self.scenes[scene].width - p + 1;

@@ -15,6 +15,7 @@ use cogfeed_server::assemble::command::{WarpRequest, warp};
 use cogfeed_server::config::Config;
 use cogfeed_server::storage::StoreOptions;
 use common::inproc::{collect, start};
+use serde_json as _;
 
 const S2_DATES: [&str; 5] = ["2024-04-18", "2024-05-08", "2024-05-28", "2024-06-17", "2024-07-07"];
 const INVALID: [u8; 6] = [0, 1, 3, 8, 9, 10];
@@ -290,4 +291,102 @@ async fn rejection_sampling_is_deterministic_and_resumes_with_another_world_size
         }
     }
     assert_eq!(resumed, keys.iter().cloned().collect::<BTreeSet<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn points_are_each_sampled_once_centred_with_their_attributes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = start(series_config(tmp.path())).await;
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("series/points.geojson")).unwrap()).unwrap();
+    let points: Vec<&serde_json::Value> = doc["features"].as_array().unwrap().iter().collect();
+    let mut r = request(pb::Sampler::Points, 32, 8, 0);
+    r.layers = vec!["label".into()];
+    let batches = collect(&d.addr, r.clone()).await;
+    let wgs = cogfeed_server::grid::Crs::from_epsg(4326).unwrap();
+    let mut seen = Vec::new();
+    let mut centred = 0;
+    for b in &batches {
+        let names: Vec<&str> = b.targets.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["biomass", "crop", "irrigated"],
+            "numeric attributes, sorted; strings left out"
+        );
+        for (i, m) in b.samples.iter().enumerate() {
+            let p = points.iter().find(|p| p["id"] == m.point_id.as_str()).unwrap();
+            seen.push(m.point_id.clone());
+            // Targets: the point's attributes, in the sample metadata and the batch tensors.
+            let crop = p["properties"]["crop"].as_f64().unwrap();
+            assert_eq!(m.targets["crop"], crop);
+            assert_eq!(m.targets["biomass"], p["properties"]["biomass"].as_f64().unwrap());
+            let t = &b.targets.iter().find(|(n, _)| n == "crop").unwrap().1;
+            assert_eq!(f64::from_le_bytes(t.data[i * 8..i * 8 + 8].try_into().unwrap()), crop);
+            // The window is centred on the point: it lies in the footprint's centre pixel.
+            let c = p["geometry"]["coordinates"].as_array().unwrap();
+            let crs = cogfeed_server::grid::Crs::parse(&m.crs).unwrap();
+            let (x, y) = cogfeed_server::grid::Transformer::new(&wgs, &crs)
+                .point(c[0].as_f64().unwrap(), c[1].as_f64().unwrap())
+                .unwrap();
+            let (cx, cy) = ((m.bounds[0] + m.bounds[2]) / 2.0, (m.bounds[1] + m.bounds[3]) / 2.0);
+            if x >= cx && x < cx + 10.0 && y <= cy && y > cy - 10.0 {
+                centred += 1;
+            } else {
+                // No grid holds its whole window: it starts at the grid's edge, the point inside.
+                assert!(
+                    x > m.bounds[0] && x < m.bounds[2] && y > m.bounds[1] && y < m.bounds[3],
+                    "point {} outside its window",
+                    m.point_id
+                );
+            }
+        }
+    }
+    // Every point inside the tiles once (the two outside are left out); the tail of fewer
+    // than a batch is dropped.
+    seen.sort();
+    let before = seen.len();
+    seen.dedup();
+    assert_eq!(before, seen.len(), "a point came twice");
+    // Which points lie in a tile, computed here from the tiles' UTM extents.
+    let tiles = [(32632, 727_500.0, 5_157_000.0), (32633, 269_000.0, 5_157_500.0)];
+    let inside = points
+        .iter()
+        .filter(|p| {
+            let c = p["geometry"]["coordinates"].as_array().unwrap();
+            tiles.iter().any(|&(epsg, x0, y0)| {
+                let crs = cogfeed_server::grid::Crs::from_epsg(epsg).unwrap();
+                let (x, y) = cogfeed_server::grid::Transformer::new(&wgs, &crs)
+                    .point(c[0].as_f64().unwrap(), c[1].as_f64().unwrap())
+                    .unwrap();
+                x >= x0 && x < x0 + 2560.0 && y <= y0 && y > y0 - 2560.0
+            })
+        })
+        .count();
+    assert!(inside >= 40, "{inside} points inside the tiles");
+    assert_eq!(seen.len(), inside / 8 * 8, "{inside} points inside, whole batches of 8");
+    assert!(!seen.iter().any(|id| id == "P058" || id == "P059"));
+    assert!(
+        centred * 10 >= seen.len() * 9,
+        "{centred} of {} windows centred on their point",
+        seen.len()
+    );
+    // Another epoch visits them in another order; a split keeps only its points.
+    let mut r1 = r.clone();
+    r1.epoch = 1;
+    let other: Vec<String> = collect(&d.addr, r1)
+        .await
+        .iter()
+        .flat_map(|b| b.samples.iter().map(|m| m.point_id.clone()))
+        .collect();
+    let first: Vec<String> = batches
+        .iter()
+        .flat_map(|b| b.samples.iter().map(|m| m.point_id.clone()))
+        .collect();
+    assert_ne!(first, other);
+    let mut rv = r.clone();
+    rv.split = "val".into();
+    rv.batch_size = 1;
+    let val = collect(&d.addr, rv).await;
+    assert!(!val.is_empty() && val.len() < inside);
+    assert!(val.iter().flat_map(|b| &b.samples).all(|m| m.split == "val"));
 }

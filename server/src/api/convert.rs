@@ -63,6 +63,14 @@ pub fn batch(b: BatchOut) -> pb::Batch {
                 tensor: Some(tensor(t)),
             })
             .collect(),
+        targets: b
+            .targets
+            .into_iter()
+            .map(|(name, t)| pb::NamedTensor {
+                name,
+                tensor: Some(tensor(t)),
+            })
+            .collect(),
     }
 }
 
@@ -85,6 +93,8 @@ fn sample(m: &SampleMeta) -> pb::SampleInfo {
                 dates: days.iter().map(|d| d.clone().unwrap_or_default()).collect(),
             })
             .collect(),
+        point_id: m.point_id.clone().unwrap_or_default(),
+        targets: m.targets.iter().cloned().collect(),
     }
 }
 

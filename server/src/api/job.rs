@@ -165,7 +165,7 @@ fn plan_stream(
     limits: &LimitsConfig,
     r: &pb::StreamBatchesRequest,
     kind: SamplerKind,
-    grids: Vec<SceneGrid>,
+    build: impl FnOnce(PlanSpec) -> Result<Plan, String>,
     sample_bytes: u64,
     load_bytes: u64,
 ) -> Result<Planned, Error> {
@@ -185,7 +185,7 @@ fn plan_stream(
         epoch: r.epoch,
         samples_per_epoch: r.samples_per_epoch,
     };
-    let plan = Plan::new(spec, grids).map_err(|m| invalid(format!("dataset {}: {m}", ds.name)))?;
+    let plan = build(spec).map_err(|m| invalid(format!("dataset {}: {m}", ds.name)))?;
     if r.cursor > plan.len() {
         return Err(invalid(format!(
             "cursor {} is past the end of the epoch ({} samples)",
@@ -323,14 +323,24 @@ fn map_stream_job(
         })?;
         if kind == SamplerKind::Grid {
             return Err(invalid(
-                "a grid covers every scene whole: request a split with the random or aligned sampler",
+                "a grid covers every scene whole: request a split with the random, aligned or points sampler",
             ));
         }
         Some(i)
     };
-    let grids = (0..ds.scenes.len()).map(|i| map.scene_grid(i)).collect();
+    let grids: Vec<SceneGrid> = (0..ds.scenes.len()).map(|i| map.scene_grid(i)).collect();
     let load_bytes = sample_bytes.saturating_add(working);
-    let p = plan_stream(ds, limits, r, kind, grids, sample_bytes, load_bytes)?;
+    let build = |spec: PlanSpec| {
+        if kind != SamplerKind::Points {
+            return Plan::new(spec, grids);
+        }
+        if map.points.is_none() {
+            return Err("the points sampler needs `points` in the dataset's config".into());
+        }
+        let centres = Arc::new(map.centres_for(spec.patch, split));
+        Plan::points(spec, grids, centres)
+    };
+    let p = plan_stream(ds, limits, r, kind, build, sample_bytes, load_bytes)?;
     Ok(Admitted {
         job: StreamJob {
             dataset: ds.clone(),
@@ -371,6 +381,7 @@ pub fn stream_job(
     let kind = match pb::Sampler::try_from(r.sampler) {
         Ok(pb::Sampler::Aligned) => SamplerKind::Aligned,
         Ok(pb::Sampler::Grid) => SamplerKind::Grid,
+        Ok(pb::Sampler::Points) => SamplerKind::Points,
         Ok(pb::Sampler::Random) | Ok(pb::Sampler::Unspecified) => SamplerKind::Random,
         Err(_) => return Err(invalid(format!("unknown sampler {}", r.sampler))),
     };
@@ -440,7 +451,15 @@ pub fn stream_job(
         prefetch,
         reserved,
         stream_bytes,
-    } = plan_stream(&ds, limits, r, kind, grids, sample_bytes, sample_bytes)?;
+    } = plan_stream(
+        &ds,
+        limits,
+        r,
+        kind,
+        |spec| Plan::new(spec, grids),
+        sample_bytes,
+        sample_bytes,
+    )?;
     let normalize = r.normalize.then(|| {
         bands
             .iter()

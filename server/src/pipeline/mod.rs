@@ -59,6 +59,8 @@ pub struct BatchOut {
     pub samples: Vec<SampleMeta>,
     /// Time layers among the requested ones: uint8 `[B, T]`, 1 where a step holds a date.
     pub time_masks: Vec<(String, TensorOut)>,
+    /// The points sampler: each point attribute, float64 `[B]`.
+    pub targets: Vec<(String, TensorOut)>,
 }
 
 /// A sample left out of its batch because its data could not be read.
@@ -155,9 +157,13 @@ async fn load_map_sample(
         .as_ref()
         .map(|m| Timer::start(&m.stage_seconds.with_label_values(&["warp"])));
     let rule = map.valid.as_ref();
-    let min = rule
-        .and_then(|r| r.min)
-        .filter(|_| job.plan.kind() != crate::sampler::SamplerKind::Grid);
+    // A grid covers, and a point is its own sample: neither is redrawn.
+    let min = rule.and_then(|r| r.min).filter(|_| {
+        !matches!(
+            job.plan.kind(),
+            crate::sampler::SamplerKind::Grid | crate::sampler::SamplerKind::Points
+        )
+    });
     let mut wanted = job.layers.clone();
     if rule.is_some() {
         // The valid fraction needs the reference layer and the mask.
@@ -199,6 +205,24 @@ async fn load_map_sample(
             continue;
         }
         let layers: Vec<Vec<u8>> = job.layers.iter().map(|&l| std::mem::take(&mut all[l])).collect();
+        let point = job.plan.point_of(i);
+        let set = map.points.as_ref();
+        let meta = crate::stacset::SampleMeta {
+            point,
+            point_id: point.and_then(|p| set?.ids.get(p).cloned()),
+            targets: point
+                .and_then(|p| {
+                    Some(
+                        set?.names
+                            .iter()
+                            .cloned()
+                            .zip(set?.values.get(p)?.iter().copied())
+                            .collect(),
+                    )
+                })
+                .unwrap_or_default(),
+            ..meta
+        };
         if let Some(m) = &job.metrics
             && attempt > 0
         {
@@ -495,6 +519,29 @@ pub async fn run(
                 .collect(),
             None => Vec::new(),
         };
+        let targets = match ds.map.as_ref().and_then(|m| m.points.as_ref()) {
+            Some(points) if job.plan.kind() == crate::sampler::SamplerKind::Points => points
+                .names
+                .iter()
+                .enumerate()
+                .map(|(k, name)| {
+                    let mut data = Vec::with_capacity(metas.len() * 8);
+                    for m in &metas {
+                        let v = m.point.and_then(|p| points.values.get(p)).map_or(f64::NAN, |v| v[k]);
+                        data.extend_from_slice(&v.to_le_bytes());
+                    }
+                    (
+                        name.clone(),
+                        TensorOut {
+                            dtype: "float64",
+                            shape: vec![n],
+                            data: Bytes::from(data),
+                        },
+                    )
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         let batch = BatchOut {
             epoch: job.epoch,
             index: k,
@@ -512,6 +559,7 @@ pub async fn run(
             image_layer,
             samples: metas,
             time_masks,
+            targets,
         };
         if let Some(q) = &queue {
             q.pushed();

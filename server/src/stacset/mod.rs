@@ -26,6 +26,7 @@ use crate::stac::{HrefRewrite, Item, ItemFilter, StacError, parse_document};
 use crate::storage::Stores;
 use crate::warp::Resampling;
 
+pub mod points;
 pub mod time;
 pub mod valid;
 
@@ -105,6 +106,11 @@ pub struct SampleMeta {
     pub split: Option<String>,
     /// Time layers: the day of each step, oldest first (None: a missing step).
     pub times: Vec<(String, Vec<Option<String>>)>,
+    /// The points sampler: the point's index in the dataset's points, its id and its
+    /// attributes.
+    pub point: Option<usize>,
+    pub point_id: Option<String>,
+    pub targets: Vec<(String, f64)>,
 }
 
 /// A STAC dataset.
@@ -134,6 +140,10 @@ pub struct MapSpace {
     pub valid: Option<valid::ValidRule>,
     /// `[datasets.split]`.
     pub split: Option<crate::split::SplitRule>,
+    /// `points`: the points and, for those inside a drawable grid, their centre pixel in
+    /// every grid that holds them (priority order), in the points' order.
+    pub points: Option<points::PointSet>,
+    pub point_centres: Arc<Vec<(usize, Vec<crate::sampler::PointCentre>)>>,
 }
 
 fn doc_error(doc: &str, reason: String) -> Error {
@@ -457,7 +467,28 @@ impl MapSpace {
                 })
             })
             .collect();
+        let (points, point_centres) = match &c.points {
+            Some(url) => {
+                let set = read_points(&stores, url).await?;
+                let crs = Crs::parse(c.points_crs.as_deref().unwrap_or("EPSG:4326"))?;
+                let index = crate::stac::BboxIndex::new(&bboxes, 1.0);
+                let centres = place_points(&set, &crs, &items, &bboxes, &index, &drawn, &grids);
+                if centres.len() < set.coords.len() {
+                    tracing::warn!(
+                        dataset = %c.name,
+                        points = set.coords.len(),
+                        outside = set.coords.len() - centres.len(),
+                        "points outside every drawable item's grid are left out"
+                    );
+                }
+                (Some(set), centres)
+            }
+            None => (None, Vec::new()),
+        };
         let mut hasher = Sha256::new();
+        if let Some(p) = &points {
+            hasher.update(format!("points\t{:?}\t{:?}\t{:?}\n", p.ids, p.coords, p.names));
+        }
         for it in &items {
             hasher.update(format!("item\t{}\t{:?}\n", it.id, it.datetime));
             for l in &layers {
@@ -516,6 +547,8 @@ impl MapSpace {
                 options,
                 valid,
                 split,
+                points,
+                point_centres: Arc::new(point_centres),
             },
             objects,
             version,
@@ -776,6 +809,9 @@ impl MapSpace {
                     .as_ref()
                     .and_then(|s| s.footprint_split(&crs, bounds).map(|i| s.names[i].clone())),
                 times,
+                point: None,
+                point_id: None,
+                targets: Vec::new(),
             },
         ))
     }
@@ -834,6 +870,40 @@ impl MapSpace {
         Ok(self.valid_fraction(&out, &[], window.width, f as f64))
     }
 
+    /// The `points` plan's centres for `patch`-pixel windows: per point, the first grid
+    /// (priority order) that holds its whole window, else the first that holds the point
+    /// (the window then starts at that grid's edge), and only points whose window lies in
+    /// `split` when one is given.
+    pub fn centres_for(&self, patch: u32, split: Option<usize>) -> Vec<(usize, crate::sampler::PointCentre)> {
+        let half = u64::from(patch) / 2;
+        self.point_centres
+            .iter()
+            .filter_map(|(p, grids)| {
+                let fits = |c: &&crate::sampler::PointCentre| {
+                    let g = &self.grids[c[0] as usize];
+                    c[1] >= half
+                        && c[2] >= half
+                        && c[1] - half + u64::from(patch) <= g.width
+                        && c[2] - half + u64::from(patch) <= g.height
+                };
+                let c = *grids.iter().find(fits).or(grids.first())?;
+                let keep = split.is_none_or(|s| {
+                    let w = WindowSpec {
+                        scene: c[0] as u32,
+                        col: c[1].saturating_sub(half),
+                        row: c[2].saturating_sub(half),
+                        width: patch,
+                        height: patch,
+                        level: 0,
+                        padded: false,
+                    };
+                    self.in_split(&w, s)
+                });
+                keep.then_some((*p, c))
+            })
+            .collect()
+    }
+
     /// Whether `window`'s footprint lies in split `split` (its cells all of that split).
     pub fn in_split(&self, window: &WindowSpec, split: usize) -> bool {
         let crs = &self.grids[window.scene as usize].crs;
@@ -858,6 +928,70 @@ impl MapSpace {
             })
             .collect()
     }
+}
+
+/// Reads and parses the points file at `url`.
+async fn read_points(stores: &Stores, url: &str) -> Result<points::PointSet> {
+    let reader = stores.reader(url)?;
+    let prefix = reader
+        .read_prefix(points::MAX_POINTS_BYTES)
+        .await
+        .map_err(|e| Error::tiff(url, e.into()))?;
+    if prefix.object_size > prefix.bytes.len() as u64 {
+        return Err(Error::InvalidArgument(format!(
+            "points {url}: {} bytes (at most {})",
+            prefix.object_size,
+            points::MAX_POINTS_BYTES
+        )));
+    }
+    points::parse(url, &prefix.bytes).map_err(|m| Error::InvalidArgument(format!("points {url}: {m}")))
+}
+
+/// The centre pixel of each point in every drawable grid that holds it, priority order.
+fn place_points(
+    set: &points::PointSet,
+    crs: &Crs,
+    items: &[Item],
+    bboxes: &[[f64; 4]],
+    index: &crate::stac::BboxIndex,
+    drawn: &[usize],
+    grids: &[RefGrid],
+) -> Vec<(usize, Vec<crate::sampler::PointCentre>)> {
+    let mut scene_of = vec![None; items.len()];
+    for (scene, &item) in drawn.iter().enumerate() {
+        scene_of[item] = Some(scene);
+    }
+    let wgs = Crs::from_epsg(4326).ok();
+    let to_lonlat = wgs.as_ref().map(|w| Transformer::new(crs, w));
+    let mut out = Vec::new();
+    for (p, &(x, y)) in set.coords.iter().enumerate() {
+        let Some((lon, lat)) = to_lonlat.as_ref().and_then(|t| t.point(x, y)) else {
+            continue;
+        };
+        let mut near = index.query([lon, lat, lon, lat]);
+        near.sort_unstable();
+        let mut inside = Vec::new();
+        for i in near {
+            let b = bboxes[i];
+            let Some(scene) = scene_of[i] else { continue };
+            if lon < b[0] || lon > b[2] || lat < b[1] || lat > b[3] {
+                continue;
+            }
+            let g = &grids[scene];
+            let Some((gx, gy)) = Transformer::new(crs, &g.crs).point(x, y) else {
+                continue;
+            };
+            let Ok(inv) = g.transform.inverse() else { continue };
+            let (col, row) = inv.apply(gx, gy);
+            if col >= 0.0 && row >= 0.0 && col < g.width as f64 && row < g.height as f64 {
+                inside.push([scene as u64, col.floor() as u64, row.floor() as u64]);
+            }
+        }
+        if !inside.is_empty() {
+            out.push((p, inside));
+        }
+    }
+    out
 }
 
 /// `part` after `bytes`, without a copy when `bytes` is still empty (one-asset layers).

@@ -1,0 +1,200 @@
+//! Points to sample at: a GeoJSON FeatureCollection of `Point` features or a CSV file with
+//! `lon`/`lat` (or `x`/`y`) columns, in EPSG:4326 or the CRS the dataset names. Each point
+//! keeps an id (the feature's `id`, the CSV's `id` column, or its position) and its numeric
+//! attributes (numbers, and booleans as 0/1), which travel with its sample as targets.
+//! Attributes missing on a point are NaN.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+/// Largest points file read whole.
+pub const MAX_POINTS_BYTES: u64 = 1 << 30;
+
+/// The points of a dataset.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PointSet {
+    pub ids: Vec<String>,
+    /// (x, y) in the points' CRS.
+    pub coords: Vec<(f64, f64)>,
+    /// Attribute names, sorted.
+    pub names: Vec<String>,
+    /// `values[p][k]`: attribute `names[k]` of point `p`.
+    pub values: Vec<Vec<f64>>,
+}
+
+fn number(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::Bool(b) => Some(f64::from(u8::from(*b))),
+        _ => None,
+    }
+}
+
+/// Parses a GeoJSON FeatureCollection (or one Feature) of points.
+pub fn parse_geojson(bytes: &[u8]) -> Result<PointSet, String> {
+    let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let features: Vec<&Value> = match doc.get("type").and_then(Value::as_str) {
+        Some("FeatureCollection") => doc
+            .get("features")
+            .and_then(Value::as_array)
+            .ok_or("a FeatureCollection without features")?
+            .iter()
+            .collect(),
+        Some("Feature") => vec![&doc],
+        _ => return Err("expected a GeoJSON FeatureCollection of Point features".into()),
+    };
+    let mut names = BTreeSet::new();
+    for f in &features {
+        if let Some(p) = f.get("properties").and_then(Value::as_object) {
+            names.extend(p.iter().filter(|(_, v)| number(v).is_some()).map(|(k, _)| k.clone()));
+        }
+    }
+    let names: Vec<String> = names.into_iter().collect();
+    let mut set = PointSet {
+        names,
+        ..Default::default()
+    };
+    for (i, f) in features.iter().enumerate() {
+        let g = f
+            .get("geometry")
+            .ok_or_else(|| format!("feature {i} has no geometry"))?;
+        if g.get("type").and_then(Value::as_str) != Some("Point") {
+            return Err(format!("feature {i} is not a Point"));
+        }
+        let c = g
+            .get("coordinates")
+            .and_then(Value::as_array)
+            .filter(|c| c.len() >= 2)
+            .ok_or_else(|| format!("feature {i}: Point without coordinates"))?;
+        let (x, y) = (c[0].as_f64(), c[1].as_f64());
+        let (Some(x), Some(y)) = (x, y) else {
+            return Err(format!("feature {i}: coordinates are not numbers"));
+        };
+        if !(x.is_finite() && y.is_finite()) {
+            return Err(format!("feature {i}: coordinates are not finite"));
+        }
+        let id = match f.get("id") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => i.to_string(),
+        };
+        let props = f.get("properties").and_then(Value::as_object);
+        let values = set
+            .names
+            .iter()
+            .map(|k| props.and_then(|p| p.get(k)).and_then(number).unwrap_or(f64::NAN))
+            .collect();
+        set.ids.push(id);
+        set.coords.push((x, y));
+        set.values.push(values);
+    }
+    Ok(set)
+}
+
+/// Parses a CSV file with a header: `lon`/`lat` or `x`/`y` (any case), an optional `id`,
+/// and numeric attribute columns (a column with a value that is not a number is not an
+/// attribute).
+pub fn parse_csv(bytes: &[u8]) -> Result<PointSet, String> {
+    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(bytes);
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(|e| format!("CSV header: {e}"))?
+        .iter()
+        .map(|h| h.to_string())
+        .collect();
+    let find = |names: &[&str]| {
+        header
+            .iter()
+            .position(|h| names.iter().any(|n| h.eq_ignore_ascii_case(n)))
+    };
+    let xi = find(&["lon", "longitude", "x"]).ok_or("CSV needs a lon (or x) column")?;
+    let yi = find(&["lat", "latitude", "y"]).ok_or("CSV needs a lat (or y) column")?;
+    let idi = find(&["id"]);
+    let mut rows = Vec::new();
+    for (n, r) in reader.records().enumerate() {
+        let r = r.map_err(|e| format!("CSV row {}: {e}", n + 1))?;
+        rows.push(r.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    }
+    let attrs: Vec<usize> = (0..header.len())
+        .filter(|&c| c != xi && c != yi && Some(c) != idi)
+        .filter(|&c| {
+            rows.iter()
+                .all(|r| r.get(c).is_none_or(|v| v.is_empty() || v.parse::<f64>().is_ok()))
+        })
+        .collect();
+    let mut order: Vec<usize> = attrs.clone();
+    order.sort_by(|a, b| header[*a].cmp(&header[*b]));
+    let mut set = PointSet {
+        names: order.iter().map(|&c| header[c].clone()).collect(),
+        ..Default::default()
+    };
+    for (n, r) in rows.iter().enumerate() {
+        let coord = |c: usize| -> Result<f64, String> {
+            r.get(c)
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|v| v.is_finite())
+                .ok_or_else(|| format!("CSV row {}: column {} is not a number", n + 1, header[c]))
+        };
+        set.coords.push((coord(xi)?, coord(yi)?));
+        set.ids
+            .push(idi.and_then(|c| r.get(c).cloned()).unwrap_or_else(|| n.to_string()));
+        set.values.push(
+            order
+                .iter()
+                .map(|&c| r.get(c).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN))
+                .collect(),
+        );
+    }
+    Ok(set)
+}
+
+/// Parses `bytes` named `url`: CSV when the name ends in `.csv`, else GeoJSON.
+pub fn parse(url: &str, bytes: &[u8]) -> Result<PointSet, String> {
+    let set = if url.to_ascii_lowercase().ends_with(".csv") {
+        parse_csv(bytes)?
+    } else {
+        parse_geojson(bytes)?
+    };
+    if set.coords.is_empty() {
+        return Err("no points".into());
+    }
+    Ok(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geojson_points_with_attributes() {
+        let doc = br#"{"type": "FeatureCollection", "features": [
+            {"type": "Feature", "id": "a", "geometry": {"type": "Point", "coordinates": [12.0, 46.5]},
+             "properties": {"biomass": 3.5, "crop": "maize", "irrigated": true}},
+            {"type": "Feature", "geometry": {"type": "Point", "coordinates": [12.01, 46.49]},
+             "properties": {"biomass": 1}}]}"#;
+        let s = parse("p.geojson", doc).unwrap();
+        assert_eq!(s.ids, ["a", "1"]);
+        assert_eq!(s.names, ["biomass", "irrigated"]);
+        assert_eq!(s.values[0], [3.5, 1.0]);
+        assert!(s.values[1][1].is_nan());
+        assert!(parse("p.geojson", br#"{"type": "FeatureCollection", "features": [{"type": "Feature", "geometry": {"type": "LineString", "coordinates": []}}]}"#).is_err());
+        assert!(parse("p.geojson", b"nope").is_err());
+    }
+
+    #[test]
+    fn csv_points_with_attributes() {
+        let s = parse(
+            "p.csv",
+            b"id,lat,lon,yield,name\nf1,46.5,12.0,7.5,north\nf2,46.49,12.01,,south\n",
+        )
+        .unwrap();
+        assert_eq!(s.ids, ["f1", "f2"]);
+        assert_eq!(s.coords, [(12.0, 46.5), (12.01, 46.49)]);
+        assert_eq!(s.names, ["yield"]);
+        assert_eq!(s.values[0], [7.5]);
+        assert!(s.values[1][0].is_nan());
+        assert!(parse("p.csv", b"a,b\n1,2\n").unwrap_err().contains("lon"));
+        assert!(parse("p.csv", b"lon,lat\n12.0,north\n").is_err());
+    }
+}
