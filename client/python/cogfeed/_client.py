@@ -70,6 +70,8 @@ class Batch:
     info: Optional[object] = None
     #: Time layers: uint8 [B, T], 1 where the step holds a date (0: filled with nodata).
     time_masks: Dict[str, np.ndarray] = field(default_factory=dict)
+    #: The points sampler: each numeric attribute of the points, float64 [B], by name.
+    targets: Dict[str, np.ndarray] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> np.ndarray:
         """A layer by name (`batch["image"]`); "image" and "label" also name the scene
@@ -340,7 +342,7 @@ class Loader(EpochCursor):
                         image=image, label=label, windows=windows, epoch=meta["epoch"],
                         index=base + meta["index"], cursor=meta["cursor"], skipped=skipped,
                         layers=meta["layers"], meta=meta["samples"], info=info,
-                        time_masks=meta["time_masks"],
+                        time_masks=meta["time_masks"], targets=meta["targets"],
                     )
                     cursor = meta["cursor"]
                     self.cursor = cursor

@@ -48,6 +48,8 @@ class SampleMeta(NamedTuple):
     split: str = ""  # the split whose cells hold the footprint ("" when it straddles)
     #: time layers: {layer: (day or "" per step, oldest first)}
     datetimes: Dict[str, Tuple[str, ...]] = {}
+    point_id: str = ""  # the points sampler: the point's id
+    targets: Dict[str, float] = {}  # the points sampler: the point's numeric attributes
 
 
 def window_row(w):
@@ -130,7 +132,7 @@ def decode_batch(raw):
     and "samples" (a `SampleMeta` per sample); both are empty otherwise."""
     view = memoryview(raw)
     meta = {"epoch": 0, "index": 0, "cursor": 0, "batches_in_epoch": 0, "layers": {}, "samples": [],
-            "time_masks": {}}
+            "time_masks": {}, "targets": {}}
     image = label = image_layer = None
     windows, skipped = [], []
     names = {1: "epoch", 2: "index", 3: "cursor", 7: "batches_in_epoch"}
@@ -156,10 +158,13 @@ def decode_batch(raw):
             meta["samples"].append(SampleMeta(
                 tuple(m.items), m.datetime or None, m.crs, tuple(m.bounds), m.resolution, m.padded, m.drawn,
                 m.valid_fraction if m.HasField("valid_fraction") else None, m.split,
-                {d.layer: tuple(d.dates) for d in m.datetimes}))
+                {d.layer: tuple(d.dates) for d in m.datetimes}, m.point_id, dict(m.targets)))
         elif field == 12:
             name, tensor = _named_tensor(raw, view, value[0], value[0] + value[1])
             meta["time_masks"][name] = tensor
+        elif field == 13:
+            name, tensor = _named_tensor(raw, view, value[0], value[0] + value[1])
+            meta["targets"][name] = tensor
     if image is None:
         raise ValueError("batch without image")
     if image_layer:

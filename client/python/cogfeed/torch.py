@@ -87,5 +87,8 @@ class StreamDataset(EpochCursor, torch.utils.data.IterableDataset):
             # Time layers: which steps hold a date, bool [B, T].
             for name, mask in b.time_masks.items():
                 out[f"{name}_mask"] = _tensor(mask).bool()
+            # The points sampler: the points' attributes, float64 [B].
+            if b.targets:
+                out["targets"] = {name: _tensor(v) for name, v in b.targets.items()}
             yield out
         self._end()

@@ -72,3 +72,23 @@ def test_torch_dataset_yields_the_multi_sensor_tensors(daemon):
     assert tuple(b["label"].shape) == (2, 1, 32, 32)
     assert isinstance(b["s2"], torch.Tensor)
     assert b["s2_mask"].dtype == torch.bool and tuple(b["s2_mask"].shape) == (2, 3)
+
+
+def test_points_sampler_delivers_the_points_attributes(daemon):
+    import json
+    import os
+
+    loader = cogfeed.Loader(daemon.address, "demo-series", sampler="points", patch_size=32, batch_size=8,
+                            layers=["label"])
+    batches = list(loader)
+    assert len(batches) == len(loader) > 0
+    ids = [m.point_id for b in batches for m in b.meta]
+    assert len(ids) == len(set(ids)), "each point once per epoch"
+    points = {f["id"]: f["properties"] for f in json.load(open(os.path.join(daemon.data_dir, "series", "points.geojson")))["features"]}
+    for b in batches:
+        assert sorted(b.targets) == ["biomass", "crop", "irrigated"]
+        for i, m in enumerate(b.meta):
+            p = points[m.point_id]
+            assert b.targets["crop"][i] == p["crop"] == m.targets["crop"]
+            assert b.targets["biomass"][i] == pytest.approx(p["biomass"])
+            assert b.targets["irrigated"][i] == float(p["irrigated"])
