@@ -445,7 +445,7 @@ async fn bench(client: &mut Client, sel: &Selection, duration: f64, step_ms: f64
     let cpu0 = cpu_seconds().unwrap_or(0.0);
     let start = Instant::now();
     let limit = Duration::from_secs_f64(duration);
-    let (mut bytes, mut batches) = (0u64, 0u64);
+    let (mut bytes, mut batches, mut samples) = (0u64, 0u64, 0u64);
     let mut first: Option<Duration> = None;
     let mut waits = Vec::new();
     let mut last = Instant::now();
@@ -493,8 +493,14 @@ async fn bench(client: &mut Client, sel: &Selection, duration: f64, step_ms: f64
         waits.push(now.duration_since(last).as_secs_f64());
         last = now;
         first.get_or_insert_with(|| start.elapsed());
-        bytes += b.image.data.len() as u64 + b.label.as_ref().map_or(0, |l| l.data.len() as u64);
+        // Map-space batches: every layer (the first is `image` itself).
+        bytes += if b.layers.is_empty() {
+            b.image.data.len() as u64 + b.label.as_ref().map_or(0, |l| l.data.len() as u64)
+        } else {
+            b.layers.iter().map(|(_, t)| t.data.len() as u64).sum()
+        };
         batches += 1;
+        samples += b.windows.len() as u64;
         bar.inc(1);
         bar.set_message(format!(
             "{:.0} MB/s",
@@ -514,6 +520,7 @@ async fn bench(client: &mut Client, sel: &Selection, duration: f64, step_ms: f64
     waits.sort_by(f64::total_cmp);
     let report = serde_json::json!({
         "batches": batches,
+        "samples": samples,
         "bytes": bytes,
         "seconds": secs,
         "mb_per_s": bytes as f64 / secs / 1e6,

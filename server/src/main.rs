@@ -71,6 +71,21 @@ enum Command {
         #[arg(long, default_value_t = cogfeed_server::demo::SCENE_SIZE)]
         size: u32,
     },
+    /// Write the time-series demo archive (STAC Items, Sentinel-2/1-like COGs, points) into
+    /// DIR, optionally larger than the embedded one (benchmarks).
+    DemoSeries {
+        /// Target directory.
+        dir: std::path::PathBuf,
+        /// Sentinel-2 dates per tile.
+        #[arg(long, default_value_t = 5)]
+        s2_dates: usize,
+        /// Bands per Sentinel-2 date (1-10).
+        #[arg(long, default_value_t = 4)]
+        s2_bands: usize,
+        /// Sentinel-1 dates per tile.
+        #[arg(long, default_value_t = 4)]
+        s1_dates: usize,
+    },
     /// Print a file's layout, codec, overviews and georeferencing as JSON.
     Inspect {
         /// s3://, az://, gs://, http(s)://, file:// URL or a local path.
@@ -308,6 +323,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 paths.len(),
                 dir.display()
             ))?;
+        }
+        Command::DemoSeries {
+            dir,
+            s2_dates,
+            s2_bands,
+            s1_dates,
+        } => {
+            let shape = cogfeed_server::demo_series::SeriesShape {
+                s2_dates,
+                s2_bands,
+                s1_dates,
+            };
+            let items = cogfeed_server::demo_series::write_series(&dir, shape)?;
+            print_out(&format!("wrote {}", items.display()))?;
         }
         Command::Inspect { url, prefix_bytes } => {
             let cog = open(&url, prefix_bytes).await?;
