@@ -1,5 +1,6 @@
-//! Points to sample at: a GeoJSON FeatureCollection of `Point` features or a CSV file with
-//! `lon`/`lat` (or `x`/`y`) columns, in EPSG:4326 or the CRS the dataset names. Each point
+//! Points to sample at: a GeoJSON FeatureCollection of `Point` features, a CSV file with
+//! `lon`/`lat` (or `x`/`y`) columns, or a GeoParquet file (WKB `geometry` points), in
+//! EPSG:4326 or the CRS the dataset names. Each point
 //! keeps an id (the feature's `id`, the CSV's `id` column, or its position) and its numeric
 //! attributes (numbers, and booleans as 0/1), which travel with its sample as targets.
 //! Attributes missing on a point are NaN.
@@ -149,9 +150,113 @@ pub fn parse_csv(bytes: &[u8]) -> Result<PointSet, String> {
     Ok(set)
 }
 
-/// Parses `bytes` named `url`: CSV when the name ends in `.csv`, else GeoJSON.
+/// The x, y of a WKB point (2D, Z, M or ZM; either byte order).
+fn wkb_point(b: &[u8]) -> Option<(f64, f64)> {
+    let le = match b.first()? {
+        1 => true,
+        0 => false,
+        _ => return None,
+    };
+    let word = |r: std::ops::Range<usize>| -> Option<[u8; 8]> { b.get(r)?.try_into().ok() };
+    let t = {
+        let w: [u8; 4] = b.get(1..5)?.try_into().ok()?;
+        if le {
+            u32::from_le_bytes(w)
+        } else {
+            u32::from_be_bytes(w)
+        }
+    };
+    if (t & 0x0fff_ffff) % 1000 != 1 {
+        return None;
+    }
+    let f = |w: [u8; 8]| {
+        if le {
+            f64::from_le_bytes(w)
+        } else {
+            f64::from_be_bytes(w)
+        }
+    };
+    Some((f(word(5..13)?), f(word(13..21)?)))
+}
+
+/// Parses a GeoParquet file of points: a WKB `geometry` column, an optional `id`, numeric
+/// and boolean columns as attributes.
+pub fn parse_geoparquet(bytes: bytes::Bytes) -> Result<PointSet, String> {
+    use arrow_array::{Array, BinaryArray, Float64Array, StringArray};
+    use arrow_schema::DataType;
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .map_err(|e| format!("not a readable Parquet file ({e})"))?
+        .build()
+        .map_err(|e| format!("cannot read its row groups ({e})"))?;
+    let mut set = PointSet::default();
+    let mut columns: Option<Vec<String>> = None;
+    for batch in reader {
+        let batch = batch.map_err(|e| format!("corrupt row group ({e})"))?;
+        let names = columns.get_or_insert_with(|| {
+            let mut n: Vec<String> = batch
+                .schema()
+                .fields()
+                .iter()
+                .filter(|f| f.name() != "geometry" && f.name() != "id")
+                .filter(|f| f.data_type().is_numeric() || f.data_type() == &DataType::Boolean)
+                .map(|f| f.name().clone())
+                .collect();
+            n.sort();
+            n
+        });
+        set.names.clone_from(names);
+        let geometry = batch.column_by_name("geometry").ok_or("no geometry column")?;
+        let geometry = arrow_cast::cast(geometry, &DataType::Binary).map_err(|e| format!("geometry: {e}"))?;
+        let geometry = geometry
+            .as_any()
+            .downcast_ref::<BinaryArray>()
+            .ok_or("geometry is not WKB")?;
+        let ids = match batch.column_by_name("id") {
+            Some(c) => Some(arrow_cast::cast(c, &DataType::Utf8).map_err(|e| format!("id: {e}"))?),
+            None => None,
+        };
+        let ids = ids.as_ref().and_then(|c| c.as_any().downcast_ref::<StringArray>());
+        let mut attrs = Vec::with_capacity(names.len());
+        for name in names.iter() {
+            let c = batch
+                .column_by_name(name)
+                .ok_or_else(|| format!("row groups differ: no column {name}"))?;
+            let c = arrow_cast::cast(c, &DataType::Float64).map_err(|e| format!("{name}: {e}"))?;
+            attrs.push(c);
+        }
+        let attrs: Vec<&Float64Array> = attrs
+            .iter()
+            .filter_map(|c| c.as_any().downcast_ref::<Float64Array>())
+            .collect();
+        for r in 0..batch.num_rows() {
+            let n = set.coords.len();
+            let wkb = (!geometry.is_null(r)).then(|| geometry.value(r));
+            let (x, y) = wkb
+                .and_then(wkb_point)
+                .filter(|(x, y)| x.is_finite() && y.is_finite())
+                .ok_or_else(|| format!("row {n}: geometry is not a point"))?;
+            set.coords.push((x, y));
+            set.ids.push(
+                ids.filter(|a| !a.is_null(r))
+                    .map_or_else(|| n.to_string(), |a| a.value(r).to_string()),
+            );
+            set.values.push(
+                attrs
+                    .iter()
+                    .map(|a| if a.is_null(r) { f64::NAN } else { a.value(r) })
+                    .collect(),
+            );
+        }
+    }
+    Ok(set)
+}
+
+/// Parses `bytes` named `url`: GeoParquet by its magic number, CSV when the name ends in
+/// `.csv`, else GeoJSON.
 pub fn parse(url: &str, bytes: &[u8]) -> Result<PointSet, String> {
-    let set = if url.to_ascii_lowercase().ends_with(".csv") {
+    let set = if crate::stac::is_parquet(bytes) {
+        parse_geoparquet(bytes::Bytes::copy_from_slice(bytes))?
+    } else if url.to_ascii_lowercase().ends_with(".csv") {
         parse_csv(bytes)?
     } else {
         parse_geojson(bytes)?
@@ -180,6 +285,50 @@ mod tests {
         assert!(s.values[1][1].is_nan());
         assert!(parse("p.geojson", br#"{"type": "FeatureCollection", "features": [{"type": "Feature", "geometry": {"type": "LineString", "coordinates": []}}]}"#).is_err());
         assert!(parse("p.geojson", b"nope").is_err());
+    }
+
+    #[test]
+    fn geoparquet_points_with_attributes() {
+        use std::sync::Arc;
+
+        use arrow_array::{ArrayRef, BinaryArray, BooleanArray, Float32Array, Int64Array, RecordBatch, StringArray};
+        let wkb = |x: f64, y: f64, le: bool| {
+            let mut b = vec![u8::from(le)];
+            if le {
+                b.extend(1u32.to_le_bytes());
+                b.extend(x.to_le_bytes());
+                b.extend(y.to_le_bytes());
+            } else {
+                b.extend(1u32.to_be_bytes());
+                b.extend(x.to_be_bytes());
+                b.extend(y.to_be_bytes());
+            }
+            b
+        };
+        let geoms = [wkb(12.0, 46.5, true), wkb(12.01, 46.49, false)];
+        let batch = RecordBatch::try_from_iter([
+            ("id", Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef),
+            (
+                "geometry",
+                Arc::new(BinaryArray::from_iter_values(geoms.iter())) as ArrayRef,
+            ),
+            ("yield", Arc::new(Float32Array::from(vec![Some(7.5), None])) as ArrayRef),
+            ("crop", Arc::new(Int64Array::from(vec![3, 4])) as ArrayRef),
+            ("irrigated", Arc::new(BooleanArray::from(vec![true, false])) as ArrayRef),
+            ("name", Arc::new(StringArray::from(vec!["n", "s"])) as ArrayRef),
+        ])
+        .unwrap();
+        let mut buf = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let s = parse("points.parquet", &buf).unwrap();
+        assert_eq!(s.ids, ["a", "b"]);
+        assert_eq!(s.coords, [(12.0, 46.5), (12.01, 46.49)]);
+        assert_eq!(s.names, ["crop", "irrigated", "yield"]);
+        assert_eq!(s.values[0], [3.0, 1.0, 7.5]);
+        assert!(s.values[1][2].is_nan());
+        assert_eq!(wkb_point(&[1, 2, 0, 0, 0]), None, "a LineString is not a point");
     }
 
     #[test]
