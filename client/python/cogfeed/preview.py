@@ -69,10 +69,14 @@ def _arrays(batch):
     """The batch's arrays by name, in the Rust client's order: the composite candidate first
     (the first layer's name with `batch.image`, else "image"), then `label`, then the other
     layers."""
-    layers = list((getattr(batch, "layers", None) or {}).items())
+    # Time layers [B, T, C, H, W] are drawn at their last step (the drawn date for "latest").
+    layers = [(n, a[:, -1] if a.ndim == 5 else a) for n, a in (getattr(batch, "layers", None) or {}).items()]
     out = []
-    if batch.image is not None:
-        out.append((layers[0][0] if layers else "image", batch.image))
+    image = batch.image
+    if image is not None and image.ndim == 5:
+        image = image[:, -1]
+    if image is not None:
+        out.append((layers[0][0] if layers else "image", image))
     if batch.label is not None:
         out.append(("label", batch.label))
     out.extend(layers[1:])

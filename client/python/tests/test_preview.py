@@ -127,6 +127,9 @@ CASES = {
     "map-space, chosen layer and bands, no classes": (
         "demo-stac", {"patch_size": 48, "batch_size": 3, "seed": 5},
         {"layer": "image", "rgb": ("B08", "B04", "B03"), "classes": ""}),
+    "time series, last step, split": ("demo-series", {"patch_size": 64, "batch_size": 4, "split": "train"}, {}),
+    "time series, sentinel-1 as grey": ("demo-series", {"patch_size": 32, "batch_size": 3,
+                                                        "layers": ["s1_desc", "label"]}, {"rgb": (1,)}),
     "scene, labels": ("demo", {"patch_size": 128, "batch_size": 6, "labels": True}, {}),
     "scene, channel numbers, full range": ("demo", {"patch_size": 64, "batch_size": 4},
                                            {"rgb": (3, 2, 1), "percentiles": (0, 100)}),

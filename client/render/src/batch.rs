@@ -43,6 +43,44 @@ fn shape_err(m: String) -> RenderError {
     RenderError::Shape(m)
 }
 
+/// `t` at its last time step when it is a time layer `[B, T, C, H, W]` (the drawn date
+/// for `time_rule = "latest"`), else `t` itself.
+fn last_step(t: &pb::Tensor) -> pb::Tensor {
+    let s: Vec<usize> = t.shape.iter().map(|&d| d.max(0) as usize).collect();
+    let [n, steps, c, h, w] = s[..] else {
+        return t.clone();
+    };
+    let values = n * steps * c * h * w;
+    if values == 0 || t.data.len() % values != 0 {
+        return t.clone();
+    }
+    let step = c * h * w * (t.data.len() / values);
+    let mut data = Vec::with_capacity(n * step);
+    for sample in 0..n {
+        let at = (sample * steps + steps - 1) * step;
+        data.extend_from_slice(&t.data[at..at + step]);
+    }
+    pb::Tensor {
+        dtype: t.dtype.clone(),
+        shape: vec![n as i64, c as i64, h as i64, w as i64],
+        data: data.into(),
+    }
+}
+
+/// Time layers of `b` cut to their last step (previews draw one date).
+fn last_steps(b: &pb::Batch) -> pb::Batch {
+    let mut b = b.clone();
+    if let Some(t) = b.image.as_mut() {
+        *t = last_step(t);
+    }
+    for l in &mut b.layers {
+        if let Some(t) = l.tensor.as_mut() {
+            *t = last_step(t);
+        }
+    }
+    b
+}
+
 /// The batch's arrays by name, in order: map-space layers, or `image` and `label`.
 fn arrays(b: &pb::Batch) -> Vec<(&str, &pb::Tensor)> {
     let mut out = Vec::new();
@@ -188,6 +226,7 @@ pub fn caption(info: &pb::DatasetInfo, b: &pb::Batch, i: usize) -> Vec<String> {
 
 /// The preview of `b` (a batch of dataset `info`).
 pub fn preview(info: &pb::DatasetInfo, b: &pb::Batch, o: &Options) -> Result<Preview, RenderError> {
+    let b = &last_steps(b);
     let all = arrays(b);
     let layer_info = |name: &str| info.layers.iter().find(|l| l.name == name);
     let (name, tensor) = match &o.layer {

@@ -4,6 +4,8 @@
 //! layer beside it as a coloured overlay, captions under it, and a legend of the classes.
 //!
 //! The rules are exact so the Python client (`cogfeed.preview`) draws the same pixels:
+//! - a time layer `[B, T, C, H, W]` is drawn at its last step (the drawn date under
+//!   `time_rule = "latest"`);
 //! - stretch: per channel over the whole batch, ignoring NaN (no data); `lo`/`hi` are the
 //!   sorted finite values at index `floor(p/100 · (n − 1))`; a value maps to
 //!   `clamp(floor((v − lo)/(hi − lo) · 255 + 0.5), 0, 255)` (0 when `hi ≤ lo`), NaN to 0;
