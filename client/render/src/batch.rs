@@ -51,7 +51,7 @@ fn last_step(t: &pb::Tensor) -> pb::Tensor {
         return t.clone();
     };
     let values = n * steps * c * h * w;
-    if values == 0 || t.data.len() % values != 0 {
+    if values == 0 || !t.data.len().is_multiple_of(values) {
         return t.clone();
     }
     let step = c * h * w * (t.data.len() / values);
