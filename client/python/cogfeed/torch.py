@@ -4,7 +4,8 @@ Use with `DataLoader(ds, batch_size=None, num_workers=0, pin_memory=True)`: the 
 already batches. Rank and world size come from `torch.distributed` when it is initialised,
 else from the `RANK` / `WORLD_SIZE` environment variables. With `num_workers > 0` each worker
 takes its own share of the rank's samples (worker w of n acts as rank `rank * n + w` of
-`world * n`), so nothing is duplicated. Epoch and cursor (`state_dict`, `set_epoch`, `len`)
+`world * n`), so nothing is duplicated; give the DataLoader `multiprocessing_context="spawn"`
+(gRPC channels opened in a forked child of a process that used gRPC can hang). Epoch and cursor (`state_dict`, `set_epoch`, `len`)
 are kept by `EpochCursor`, as for `Loader`.
 """
 

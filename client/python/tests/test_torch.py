@@ -38,7 +38,10 @@ def test_workers_split_the_rank_without_duplicates(daemon):
     from cogfeed.torch import StreamDataset
 
     ds = StreamDataset(daemon.address, "demo", sampler="aligned", batch_size=2)
-    seen = [tuple(w) for b in DataLoader(ds, batch_size=None, num_workers=2) for w in b["windows"].tolist()]
+    # spawn, not fork: a gRPC channel made in a forked child of a process that used gRPC can
+    # hang in grpc's core (seen in CI); the README says so.
+    loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    seen = [tuple(w) for b in loader for w in b["windows"].tolist()]
     assert len(seen) == len(set(seen)) == 64
 
 
