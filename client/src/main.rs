@@ -114,7 +114,8 @@ enum Command {
 struct Selection {
     #[arg(long)]
     dataset: String,
-    /// aligned, random, grid or points (datasets with points).
+    /// aligned, random, grid, points (datasets with points) or balanced (datasets with
+    /// [datasets.balance]).
     #[arg(long, default_value = "random")]
     sampler: String,
     #[arg(long, default_value_t = 256)]
@@ -176,7 +177,8 @@ impl Selection {
             "random" => pb::Sampler::Random,
             "grid" => pb::Sampler::Grid,
             "points" => pb::Sampler::Points,
-            other => anyhow::bail!("unknown sampler {other:?} (aligned, random, grid, points)"),
+            "balanced" => pb::Sampler::Balanced,
+            other => anyhow::bail!("unknown sampler {other:?} (aligned, random, grid, points, balanced)"),
         };
         Ok(pb::StreamBatchesRequest {
             dataset: self.dataset.clone(),
@@ -265,6 +267,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 "layers": d.layers.iter().map(|l| serde_json::json!({
                     "name": l.name, "assets": l.assets, "resolution": l.resolution,
                     "resampling": l.resampling, "dtype": l.dtype, "bands": l.bands, "nodata": l.nodata,
+                })).collect::<Vec<_>>(),
+                "balance_layer": d.balance_layer,
+                "balance": d.balance.iter().map(|s| serde_json::json!({
+                    "class": s.class_value, "natural": s.natural, "target": s.target, "expected": s.expected,
                 })).collect::<Vec<_>>(),
             });
             println!("{}", serde_json::to_string_pretty(&v)?);

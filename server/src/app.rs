@@ -124,7 +124,16 @@ impl App {
             max_window_bytes: config.limits.max_batch_bytes,
             ..Default::default()
         };
-        let catalog = Arc::new(Catalog::build(&config.datasets, stores.clone(), headers.clone(), options).await?);
+        let catalog = Arc::new(
+            Catalog::build(
+                &config.datasets,
+                stores.clone(),
+                headers.clone(),
+                options,
+                config.cache.index_dir(),
+            )
+            .await?,
+        );
         Ok(Self {
             catalog,
             cache,

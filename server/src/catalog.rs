@@ -64,6 +64,8 @@ pub struct Catalog {
     stores: Arc<Stores>,
     headers: HeaderCache,
     options: OpenOptions,
+    /// Where per-version indexes are kept (None: not persisted).
+    index_dir: Option<std::path::PathBuf>,
     refreshing: Mutex<HashSet<String>>,
 }
 
@@ -170,10 +172,11 @@ impl Catalog {
         stores: Arc<Stores>,
         headers: HeaderCache,
         options: OpenOptions,
+        index_dir: Option<std::path::PathBuf>,
     ) -> Result<Self> {
         let mut datasets = BTreeMap::new();
         for c in configs {
-            let d = Self::dataset(c, &stores, &headers, &options).await?;
+            let d = Self::dataset(c, &stores, &headers, &options, index_dir.as_deref()).await?;
             datasets.insert(c.name.clone(), Arc::new(d));
         }
         let objects = RwLock::new(Self::index(&datasets));
@@ -184,6 +187,7 @@ impl Catalog {
             stores,
             headers,
             options,
+            index_dir,
             refreshing: Mutex::new(HashSet::new()),
         })
     }
@@ -211,7 +215,14 @@ impl Catalog {
                 }
             }
         }
-        let result = Self::dataset(config, &self.stores, &self.headers, &self.options).await;
+        let result = Self::dataset(
+            config,
+            &self.stores,
+            &self.headers,
+            &self.options,
+            self.index_dir.as_deref(),
+        )
+        .await;
         if let Ok(mut busy) = self.refreshing.lock() {
             busy.remove(name);
         }
@@ -265,9 +276,10 @@ impl Catalog {
         stores: &Arc<Stores>,
         headers: &HeaderCache,
         options: &OpenOptions,
+        index_dir: Option<&std::path::Path>,
     ) -> Result<Dataset> {
         if c.stac.is_some() {
-            return Self::stac_dataset(c, stores, headers, options).await;
+            return Self::stac_dataset(c, stores, headers, options, index_dir).await;
         }
         let urls = Self::scene_urls(c, stores).await?;
         if urls.is_empty() {
@@ -431,9 +443,10 @@ impl Catalog {
         stores: &Arc<Stores>,
         headers: &HeaderCache,
         options: &OpenOptions,
+        index_dir: Option<&std::path::Path>,
     ) -> Result<Dataset> {
         let (map, objects, version) =
-            crate::stacset::MapSpace::build(c, stores.clone(), headers.clone(), options.clone()).await?;
+            crate::stacset::MapSpace::build(c, stores.clone(), headers.clone(), options.clone(), index_dir).await?;
         let reference = &map.layers[0];
         let scenes = objects
             .into_iter()

@@ -201,10 +201,30 @@ pub struct CacheConfig {
     /// Headers kept open (one per object).
     #[serde(default = "default_header_entries")]
     pub header_entries: u64,
+    /// Where per-dataset-version indexes (class histograms of `[datasets.balance]`) are
+    /// kept across restarts. Default: `$XDG_CACHE_HOME/cogfeed/index` or
+    /// `~/.cache/cogfeed/index`; `""` keeps them in memory only.
+    #[serde(default)]
+    pub index_dir: Option<PathBuf>,
 }
 
 fn default_cache_bytes() -> u64 {
     2 * 1024 * 1024 * 1024
+}
+
+impl CacheConfig {
+    /// The index directory (None: indexes are not persisted).
+    pub fn index_dir(&self) -> Option<PathBuf> {
+        match &self.index_dir {
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(p.clone()),
+            None => std::env::var_os("XDG_CACHE_HOME")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .map(|c| c.join("cogfeed").join("index")),
+        }
+    }
 }
 
 fn default_header_entries() -> u64 {
@@ -216,6 +236,7 @@ impl Default for CacheConfig {
         Self {
             capacity_bytes: default_cache_bytes(),
             header_entries: default_header_entries(),
+            index_dir: None,
         }
     }
 }
@@ -547,6 +568,9 @@ pub struct DatasetConfig {
     /// CRS of `points` (default EPSG:4326).
     #[serde(default)]
     pub points_crs: Option<String>,
+    /// STAC datasets: class-balanced draws for the `balanced` sampler.
+    #[serde(default)]
+    pub balance: Option<BalanceConfig>,
 }
 
 /// `[[datasets.layers]]`: one named output of a STAC dataset.
@@ -609,6 +633,31 @@ pub struct SamplingConfig {
     pub max_attempts: Option<u32>,
 }
 
+/// `[datasets.balance]`: class-balanced sampling from a class layer's histograms.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BalanceConfig {
+    /// The class layer (its first band holds integer classes).
+    pub layer: String,
+    /// Target share of each listed class among counted pixels (`{ "6" = 0.3 }`); classes
+    /// not listed share the rest in their natural ratios.
+    #[serde(default)]
+    pub proportions: std::collections::BTreeMap<String, f64>,
+    /// `inverse`: inverse-frequency weights, every class present gets an equal share.
+    #[serde(default)]
+    pub weights: Option<String>,
+    /// Side of a candidate cell in reference pixels (default 256): histograms are per
+    /// cell, and a balanced draw picks a cell, then a window in it.
+    #[serde(default)]
+    pub cell_size: Option<u32>,
+    /// Class-layer samples across a cell when its histogram is computed (default 16).
+    #[serde(default)]
+    pub samples_per_cell: Option<u32>,
+    /// Classes not counted (default: the class layer's nodata).
+    #[serde(default)]
+    pub ignore: Vec<i64>,
+}
+
 /// `[datasets.split]`: leak-free spatial splits over equal-area cells.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -637,6 +686,7 @@ impl DatasetConfig {
                 ("sampling", self.sampling.is_some()),
                 ("points", self.points.is_some()),
                 ("split", self.split.is_some()),
+                ("balance", self.balance.is_some()),
             ];
             if let Some((k, _)) = stray.iter().find(|(_, set)| *set) {
                 return bad(format!("{k} applies to stac datasets only"));
@@ -713,6 +763,15 @@ impl DatasetConfig {
         if let Some(f) = &self.filter {
             crate::stac::ItemFilter::from_table(f)
                 .map_err(|e| Error::InvalidArgument(format!("dataset {}: filter: {e}", self.name)))?;
+        }
+        if let Some(b) = &self.balance {
+            let names: Vec<(String, bool)> = self
+                .layers
+                .iter()
+                .map(|l| (l.name.clone(), l.time_steps.unwrap_or(0) > 0))
+                .collect();
+            crate::stacset::balance::BalanceRule::new(b, &names)
+                .map_err(|m| Error::InvalidArgument(format!("dataset {}: {m}", self.name)))?;
         }
         if let Some(sm) = &self.sampling {
             if let Some(f) = sm.min_valid_fraction
@@ -1050,6 +1109,14 @@ impl Config {
             points: items
                 .parent()
                 .map(|d| d.join("points.geojson").to_string_lossy().into_owned()),
+            // The river (class 6) is about 1 % of the labelled pixels: the balanced
+            // sampler makes it 20 % of the drawn ones.
+            balance: Some(BalanceConfig {
+                layer: "label".into(),
+                proportions: [("6".to_string(), 0.2)].into_iter().collect(),
+                cell_size: Some(32),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }

@@ -11,6 +11,9 @@
 //!   the right or bottom edge are padded with the fill value.
 //! - `points`: one window centred on each of a list of points (scene, column, row), every
 //!   point once per epoch in a seeded permutation.
+//! - `balanced`: `samples_per_epoch` draws of a cell by integer weight (class balance,
+//!   `stacset::balance`), then a window in the cell: uniform over the offsets inside it,
+//!   or, for a patch wider than the cell, centred on a uniform pixel of it.
 //!
 //! Ranks: rank r of W takes, at each global step of `B x W` samples, the r-th run of `B`.
 //! Every rank gets `floor((N - cursor) / (B x W))` batches (the tail of fewer than `B x W`
@@ -26,10 +29,33 @@ pub enum SamplerKind {
     Random,
     Grid,
     Points,
+    Balanced,
 }
 
 /// A point to centre a window on: scene, column, row (pixels of the scene's grid).
 pub type PointCentre = [u64; 3];
+
+/// Cells drawn by integer weight.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightedCells {
+    /// Scene, column, row, width, height of each drawable cell.
+    pub cells: Vec<[u64; 5]>,
+    /// Running sums of the weights (last = total).
+    pub cumulative: Vec<u64>,
+}
+
+impl WeightedCells {
+    /// The cell a uniform `u` in `0..total` falls in.
+    pub fn at(&self, u: u64) -> [u64; 5] {
+        let i = self.cumulative.partition_point(|&c| c <= u);
+        self.cells[i.min(self.cells.len() - 1)]
+    }
+
+    /// Sum of the weights.
+    pub fn total(&self) -> u64 {
+        self.cumulative.last().copied().unwrap_or(0)
+    }
+}
 
 /// One window of one scene.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +102,8 @@ pub struct Plan {
     permutation: Option<Feistel>,
     /// `points`: the centres, in the dataset's point order (after any split filter).
     centres: Option<std::sync::Arc<Vec<(usize, PointCentre)>>>,
+    /// `balanced`: the weighted cells.
+    cells: Option<std::sync::Arc<WeightedCells>>,
 }
 
 impl Plan {
@@ -118,6 +146,9 @@ impl Plan {
                     grid_steps(s.width, p, stride) * grid_steps(s.height, p, stride)
                 }
                 SamplerKind::Points => return Err("the points sampler needs a dataset with points".into()),
+                SamplerKind::Balanced => {
+                    return Err("the balanced sampler needs a map-space dataset with [datasets.balance]".into());
+                }
             };
             total = total.saturating_add(count);
             cumulative.push(total);
@@ -152,7 +183,69 @@ impl Plan {
             len,
             permutation,
             centres: None,
+            cells: None,
         })
+    }
+
+    /// A `balanced` plan: `samples_per_epoch` (default: as many as non-overlapping
+    /// patches) weighted draws of `cells`.
+    pub fn balanced(
+        spec: PlanSpec,
+        scenes: Vec<SceneGrid>,
+        cells: std::sync::Arc<WeightedCells>,
+    ) -> Result<Self, String> {
+        let p = spec.patch as u64;
+        if p == 0 {
+            return Err("patch_size must be positive".into());
+        }
+        if cells.total() == 0 {
+            return Err("no cell has a class with a target share".into());
+        }
+        if let Some(c) = cells.cells.iter().find(|c| c[0] as usize >= scenes.len()) {
+            return Err(format!("a cell names scene {}, past the dataset's scenes", c[0]));
+        }
+        let len = if spec.samples_per_epoch > 0 {
+            spec.samples_per_epoch
+        } else {
+            scenes
+                .iter()
+                .map(|s| (s.width / p) * (s.height / p))
+                .sum::<u64>()
+                .max(1)
+        };
+        Ok(Self {
+            spec: PlanSpec {
+                kind: SamplerKind::Balanced,
+                ..spec
+            },
+            cumulative: vec![len],
+            scenes,
+            len,
+            permutation: None,
+            centres: None,
+            cells: Some(cells),
+        })
+    }
+
+    /// A window in a cell drawn by weight with `r`.
+    fn balanced_draw(&self, r: &mut rng::Rng) -> (usize, u64, u64) {
+        let Some(cells) = &self.cells else {
+            return (0, 0, 0);
+        };
+        let [scene, c0, r0, cw, ch] = cells.at(r.below(cells.total().max(1)));
+        let p = self.spec.patch as u64;
+        let s = &self.scenes[scene as usize];
+        let mut place = |start: u64, extent: u64, size: u64| {
+            let at = if extent >= p {
+                start + r.below(extent - p + 1)
+            } else {
+                (start + r.below(extent.max(1))).saturating_sub(p / 2)
+            };
+            at.min(size.saturating_sub(p))
+        };
+        let col = place(c0, cw, s.width);
+        let row = place(r0, ch, s.height);
+        (scene as usize, col, row)
     }
 
     /// A `points` plan: one window centred on each of `centres` (point index, centre),
@@ -174,6 +267,7 @@ impl Plan {
         let len = centres.len() as u64;
         Ok(Self {
             permutation: Some(Feistel::new(len, rng::key(&[spec.seed, spec.epoch, 0xA7]))),
+            cells: None,
             spec: PlanSpec {
                 kind: SamplerKind::Points,
                 ..spec
@@ -241,6 +335,12 @@ impl Plan {
                 let across = self.scenes[scene].width - p + 1;
                 (scene, k % across, k / across)
             }
+            SamplerKind::Balanced => self.balanced_draw(&mut rng::Rng::new(rng::key(&[
+                self.spec.seed,
+                self.spec.epoch,
+                i,
+                0xE5,
+            ]))),
             SamplerKind::Grid => {
                 let (scene, k) = self.locate(i);
                 let s = &self.scenes[scene];
@@ -274,6 +374,7 @@ impl Plan {
         let mut r = rng::Rng::new(rng::key(&[self.spec.seed, self.spec.epoch, i, attempt as u64, 0xD4]));
         let (scene, col, row) = match self.spec.kind {
             SamplerKind::Grid | SamplerKind::Points => return None,
+            SamplerKind::Balanced => self.balanced_draw(&mut r),
             SamplerKind::Random => {
                 let (scene, k) = self.locate(r.below(total));
                 let across = self.scenes[scene].width - p + 1;

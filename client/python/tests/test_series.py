@@ -92,3 +92,23 @@ def test_points_sampler_delivers_the_points_attributes(daemon):
             assert b.targets["crop"][i] == p["crop"] == m.targets["crop"]
             assert b.targets["biomass"][i] == pytest.approx(p["biomass"])
             assert b.targets["irrigated"][i] == float(p["irrigated"])
+
+
+def test_balanced_sampler_draws_the_rare_class_at_its_target(daemon):
+    with cogfeed.Client(daemon.address) as c:
+        info = c.describe("demo-series")
+    assert info.balance_layer == "label"
+    shares = {s.class_value: s for s in info.balance}
+    assert shares[6].natural < 0.05 and shares[6].target == pytest.approx(0.2)
+
+    def class_shares(sampler):
+        loader = cogfeed.Loader(daemon.address, "demo-series", sampler=sampler, patch_size=32, batch_size=16,
+                                samples_per_epoch=160, seed=9, layers=["label"])
+        labels = np.concatenate([b["label"].ravel() for b in loader])
+        labels = labels[labels != 255]
+        return {k: float((labels == k).mean()) for k in shares}
+
+    balanced, drawn_randomly = class_shares("balanced"), class_shares("random")
+    for k, s in shares.items():
+        assert abs(balanced[k] - s.expected) < 0.07, (k, balanced, s)
+    assert balanced[6] > 0.1 > drawn_randomly[6]

@@ -190,5 +190,26 @@ pub fn dataset_info(ds: &Dataset) -> pb::DatasetInfo {
         scenes,
         layers,
         crs: ds.map.as_ref().map(|m| m.crs_name()).unwrap_or_default(),
+        balance: ds
+            .map
+            .as_ref()
+            .and_then(|m| m.balance.as_ref())
+            .map(|b| {
+                b.shares
+                    .iter()
+                    .map(|s| pb::ClassShare {
+                        class_value: s.class,
+                        natural: s.natural,
+                        target: s.target,
+                        expected: s.expected,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        balance_layer: ds
+            .map
+            .as_ref()
+            .and_then(|m| Some(m.layers[m.balance.as_ref()?.layer].name.clone()))
+            .unwrap_or_default(),
     }
 }

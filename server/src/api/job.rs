@@ -331,6 +331,13 @@ fn map_stream_job(
     let grids: Vec<SceneGrid> = (0..ds.scenes.len()).map(|i| map.scene_grid(i)).collect();
     let load_bytes = sample_bytes.saturating_add(working);
     let build = |spec: PlanSpec| {
+        if kind == SamplerKind::Balanced {
+            let b = map
+                .balance
+                .as_ref()
+                .ok_or("the balanced sampler needs [datasets.balance] in the dataset's config")?;
+            return Plan::balanced(spec, grids, b.cells.clone());
+        }
         if kind != SamplerKind::Points {
             return Plan::new(spec, grids);
         }
@@ -382,6 +389,7 @@ pub fn stream_job(
         Ok(pb::Sampler::Aligned) => SamplerKind::Aligned,
         Ok(pb::Sampler::Grid) => SamplerKind::Grid,
         Ok(pb::Sampler::Points) => SamplerKind::Points,
+        Ok(pb::Sampler::Balanced) => SamplerKind::Balanced,
         Ok(pb::Sampler::Random) | Ok(pb::Sampler::Unspecified) => SamplerKind::Random,
         Err(_) => return Err(invalid(format!("unknown sampler {}", r.sampler))),
     };

@@ -26,6 +26,7 @@ use crate::stac::{HrefRewrite, Item, ItemFilter, StacError, parse_document};
 use crate::storage::Stores;
 use crate::warp::Resampling;
 
+pub mod balance;
 pub mod points;
 pub mod time;
 pub mod valid;
@@ -144,6 +145,8 @@ pub struct MapSpace {
     /// every grid that holds them (priority order), in the points' order.
     pub points: Option<points::PointSet>,
     pub point_centres: Arc<Vec<(usize, Vec<crate::sampler::PointCentre>)>>,
+    /// `[datasets.balance]`: the fitted class balance (the `balanced` sampler).
+    pub balance: Option<balance::Balance>,
 }
 
 fn doc_error(doc: &str, reason: String) -> Error {
@@ -267,6 +270,7 @@ impl MapSpace {
         stores: Arc<Stores>,
         headers: HeaderCache,
         options: OpenOptions,
+        index_dir: Option<&std::path::Path>,
     ) -> Result<(Self, Vec<TileObject>, String)> {
         let url = c.stac.as_deref().unwrap_or_default();
         let rewrite = HrefRewrite::new(c.href_rewrite.clone());
@@ -525,34 +529,149 @@ impl MapSpace {
         if c.sampling.is_some() || c.split.is_some() {
             hasher.update(format!("sampling\t{:?}\t{:?}\n", c.sampling, c.split));
         }
+        if let Some(b) = &c.balance {
+            hasher.update(format!("balance\t{b:?}\n"));
+        }
         hasher.update(format!(
             "crs\t{:?}\tmosaic\t{:?}\tpriority\t{keys:?}\n",
             fixed, c.mosaic
         ));
         let version = hex::encode(hasher.finalize())[..16].to_string();
         let objects = refs.iter().map(|s| s.object.clone()).collect();
-        Ok((
-            Self {
-                layers,
-                index: crate::stac::BboxIndex::new(&bboxes, 1.0),
-                sources: moka::future::Cache::new(SOURCE_CACHE_ENTRIES),
-                items,
-                bboxes,
-                drawn,
-                grids,
-                mosaic_all: c.mosaic.as_deref() == Some("all"),
-                fixed,
-                stores,
-                headers,
-                options,
-                valid,
-                split,
-                points,
-                point_centres: Arc::new(point_centres),
-            },
-            objects,
-            version,
-        ))
+        let rule = c
+            .balance
+            .as_ref()
+            .map(|b| {
+                let names: Vec<(String, bool)> = layers.iter().map(|l| (l.name.clone(), l.time.is_some())).collect();
+                balance::BalanceRule::new(b, &names)
+            })
+            .transpose()
+            .map_err(bad)?;
+        let mut map = Self {
+            layers,
+            index: crate::stac::BboxIndex::new(&bboxes, 1.0),
+            sources: moka::future::Cache::new(SOURCE_CACHE_ENTRIES),
+            items,
+            bboxes,
+            drawn,
+            grids,
+            mosaic_all: c.mosaic.as_deref() == Some("all"),
+            fixed,
+            stores,
+            headers,
+            options,
+            valid,
+            split,
+            points,
+            point_centres: Arc::new(point_centres),
+            balance: None,
+        };
+        if let Some(rule) = rule {
+            let index = map.class_index(&rule, &c.name, &version, index_dir).await?;
+            let fitted = balance::Balance {
+                layer: rule.layer,
+                ..balance::fit(&index, &rule.targets).map_err(bad)?
+            };
+            for s in &fitted.shares {
+                tracing::info!(
+                    dataset = %c.name,
+                    class = s.class,
+                    natural = s.natural,
+                    target = s.target,
+                    expected = s.expected,
+                    "class balance"
+                );
+            }
+            map.balance = Some(fitted);
+        }
+        Ok((map, objects, version))
+    }
+
+    /// The class histograms of `rule`, read back from `index_dir` when this dataset
+    /// version's are there, else counted from the class layer (at `rule.samples` pixels
+    /// across a cell, nearest, so the warp reads overviews) and written there.
+    async fn class_index(
+        &self,
+        rule: &balance::BalanceRule,
+        name: &str,
+        version: &str,
+        index_dir: Option<&std::path::Path>,
+    ) -> Result<balance::ClassIndex> {
+        let key = format!(
+            "{version}\tcell {}\tsamples {}\tignore {:?}",
+            rule.cell, rule.samples, rule.ignore
+        );
+        let tag = hex::encode(Sha256::digest(key.as_bytes()))[..16].to_string();
+        let safe: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = index_dir.map(|d| d.join(format!("{safe}-{tag}.classes.json")));
+        if let Some(p) = &path
+            && let Some(index) = balance::load(p, &key)
+        {
+            tracing::info!(dataset = %name, path = %p.display(), cells = index.cells.len(), "class index read back");
+            return Ok(index);
+        }
+        let started = std::time::Instant::now();
+        // A private cache: this pass reads each label tile about once.
+        let tiles = crate::cache::TileCache::with_metrics(64 << 20, None);
+        let layer = LayerSpec {
+            resampling: Resampling::Nearest,
+            time: None,
+            ..self.layers[rule.layer].clone()
+        };
+        let res0 = self.layers[0].resolution;
+        let (cell, s) = (u64::from(rule.cell), u64::from(rule.samples));
+        let mut values = Vec::with_capacity(self.grids.len());
+        for (scene, g) in self.grids.iter().enumerate() {
+            let (cols, rows) = (g.width.div_ceil(cell), g.height.div_ceil(cell));
+            let (x0, y1) = g.transform.apply(0.0, 0.0);
+            let bounds = [
+                x0,
+                y1 - (rows * cell) as f64 * res0,
+                x0 + (cols * cell) as f64 * res0,
+                y1,
+            ];
+            let fp = Footprint::new(g.crs.clone(), bounds, res0 * cell as f64 / s as f64)?;
+            let (bytes, _, _) = self.layer_bytes(&tiles, scene, &layer, &fp).await?;
+            let plane = (fp.width() * fp.height()) as usize * layer.dtype.size();
+            values.push(crate::warp::samples_to_f64(
+                layer.dtype,
+                &bytes[..plane.min(bytes.len())],
+            ));
+        }
+        let scenes: Vec<balance::SceneClasses<'_>> = values
+            .iter()
+            .enumerate()
+            .map(|(scene, v)| balance::SceneClasses {
+                scene: scene as u64,
+                values: v,
+                width: self.grids[scene].width,
+                height: self.grids[scene].height,
+            })
+            .collect();
+        let index = balance::count(rule, layer.nodata, key, &scenes)
+            .map_err(|m| Error::InvalidArgument(format!("dataset {name}: balance: {m}")))?;
+        tracing::info!(
+            dataset = %name,
+            cells = index.cells.len(),
+            classes = index.classes.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "class index counted"
+        );
+        if let Some(p) = &path
+            && let Err(e) = balance::save(p, &index)
+        {
+            tracing::warn!(dataset = %name, path = %p.display(), error = %e, "class index not written");
+        }
+        Ok(index)
     }
 
     /// `native`, or the fixed sample CRS.
