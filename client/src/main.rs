@@ -112,8 +112,12 @@ enum Command {
 
 #[derive(Args, Clone)]
 struct Selection {
-    #[arg(long)]
+    /// The dataset (or give --mixture).
+    #[arg(long, default_value = "")]
     dataset: String,
+    /// Map-space datasets mixed in one stream, by weight: NAME=WEIGHT,NAME=WEIGHT.
+    #[arg(long, value_delimiter = ',')]
+    mixture: Vec<String>,
     /// aligned, random, grid, points (datasets with points) or balanced (datasets with
     /// [datasets.balance]).
     #[arg(long, default_value = "random")]
@@ -180,6 +184,22 @@ impl Selection {
             "balanced" => pb::Sampler::Balanced,
             other => anyhow::bail!("unknown sampler {other:?} (aligned, random, grid, points, balanced)"),
         };
+        let mut mixture = Vec::with_capacity(self.mixture.len());
+        for part in &self.mixture {
+            let (name, weight) = part
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("--mixture {part:?}: expected NAME=WEIGHT"))?;
+            let weight: f64 = weight
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--mixture {part:?}: {weight:?} is not a number"))?;
+            mixture.push(pb::MixturePart {
+                dataset: name.to_string(),
+                weight,
+            });
+        }
+        if self.dataset.is_empty() == mixture.is_empty() {
+            anyhow::bail!("give --dataset or --mixture");
+        }
         Ok(pb::StreamBatchesRequest {
             dataset: self.dataset.clone(),
             job: self.job.clone(),
@@ -204,6 +224,7 @@ impl Selection {
             on_corrupt: self.on_corrupt.clone(),
             layers: self.layers.clone(),
             split: self.split.clone(),
+            mixture,
         })
     }
 }

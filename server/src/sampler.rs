@@ -478,6 +478,61 @@ impl Share {
     }
 }
 
+/// How a mixture deals its samples to its parts: each period of `Σ quotas` samples holds
+/// exactly `quotas[p]` of part `p`, at seeded places per period, and each part's samples
+/// come in its own order (the part's `n`-th sample is its plan's `n`-th). Pure in
+/// (seed, epoch, i).
+#[derive(Debug, Clone)]
+pub struct Interleave {
+    quotas: Vec<u64>,
+    /// Running sums of the quotas.
+    ends: Vec<u64>,
+    seed: u64,
+    epoch: u64,
+}
+
+impl Interleave {
+    /// Quotas per period (each at least 1).
+    pub fn new(quotas: Vec<u64>, seed: u64, epoch: u64) -> Result<Self, String> {
+        if quotas.is_empty() || quotas.contains(&0) {
+            return Err("every part needs a positive quota".into());
+        }
+        let ends = quotas
+            .iter()
+            .scan(0u64, |sum, &q| {
+                *sum += q;
+                Some(*sum)
+            })
+            .collect();
+        Ok(Self {
+            quotas,
+            ends,
+            seed,
+            epoch,
+        })
+    }
+
+    /// Samples per period.
+    pub fn period(&self) -> u64 {
+        self.ends.last().copied().unwrap_or(1)
+    }
+
+    /// Sample `i`'s part and how many of that part's samples come before it. The parts'
+    /// places in period `c` are a seeded permutation; a part's samples take its numbers in
+    /// the order of their places, so each part is read in its own order.
+    pub fn locate(&self, i: u64) -> (usize, u64) {
+        let period = self.period();
+        let cycle = i / period;
+        let order = Feistel::new(period, rng::key(&[self.seed, self.epoch, cycle, 0xF1]));
+        let part_at = |x: u64| self.ends.partition_point(|&e| e <= order.apply(x));
+        let x = i % period;
+        let part = part_at(x);
+        // At most one period (≤ 1000 places) of a cheap bijection per sample.
+        let before = (0..x).filter(|&y| part_at(y) == part).count() as u64;
+        (part, cycle * self.quotas[part] + before)
+    }
+}
+
 /// A keyed bijection of `0..n` (4-round Feistel on the next even bit width, cycle walking).
 #[derive(Debug, Clone)]
 struct Feistel {
@@ -648,6 +703,24 @@ mod tests {
         }
         assert!(Plan::new(spec(SamplerKind::Random, 400), vec![grid(300, 200)]).is_err());
         assert!(Plan::new(spec(SamplerKind::Aligned, 100), vec![grid(300, 200)]).is_err());
+    }
+
+    #[test]
+    fn an_interleave_meets_its_quotas_and_numbers_each_part_in_order() {
+        let mix = Interleave::new(vec![7, 2, 1], 5, 3).unwrap();
+        let mut seen = [Vec::new(), Vec::new(), Vec::new()];
+        for i in 0..100 {
+            let (p, n) = mix.locate(i);
+            seen[p].push(n);
+        }
+        // 10 periods: exactly 70, 20, 10, and each part's samples 0, 1, 2, ... in order.
+        for (p, want) in [70u64, 20, 10].into_iter().enumerate() {
+            assert_eq!(seen[p], (0..want).collect::<Vec<_>>());
+        }
+        // Seeded places: periods differ.
+        let parts: Vec<usize> = (0..100).map(|i| mix.locate(i).0).collect();
+        assert_ne!(parts[..10], parts[10..20]);
+        assert!(Interleave::new(vec![1, 0], 0, 0).is_err());
     }
 
     proptest! {

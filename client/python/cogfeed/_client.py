@@ -231,19 +231,27 @@ class Loader(EpochCursor):
     the default, enums are given by short name (sampler "aligned", "random", "grid"), and an
     unknown keyword raises TypeError. `on_corrupt` is "" (the dataset's setting), "fail" or
     "skip" (unreadable samples are left out of their batch and listed in `Batch.skipped`).
+    `mixture={"a": 3, "b": 1}` instead of `dataset` mixes map-space datasets in one stream
+    (each sample's `meta[i].dataset` says which).
 
     `len()` is the number of batches this loader yields (asked from the server).
     `state_dict()` / `load_state_dict()` hold epoch and cursor; a loader built with `cursor=`
     resumes there, also with another world size.
     """
 
-    def __init__(self, address, dataset: str, *, token: Optional[str] = None, tls=None,
+    def __init__(self, address, dataset: Optional[str] = None, *, token: Optional[str] = None, tls=None,
                  reconnect_timeout: float = 120.0, **fields):
         known = {f.name for f in _FIELDS}
         for name in fields:
             if name not in known:
                 raise TypeError(f"Loader() got an unexpected keyword argument {name!r}")
-        fields["dataset"] = dataset
+        mixture = fields.get("mixture")
+        if isinstance(mixture, dict):
+            # {"name": weight, ...}: one stream over several map-space datasets.
+            fields["mixture"] = [pb.MixturePart(dataset=k, weight=float(w)) for k, w in mixture.items()]
+        if (dataset is None) == (not fields.get("mixture")):
+            raise TypeError("Loader() needs a dataset or a mixture={name: weight, ...}")
+        fields["dataset"] = dataset or ""
         for f in _FIELDS:
             value = fields.get(f.name)
             value = _default(f) if value is None else value
@@ -314,7 +322,8 @@ class Loader(EpochCursor):
         None when the daemon could not say (asked again at the next iteration)."""
         if self._info is None:
             try:
-                self._info = self.client.describe(self.dataset)
+                # A mixture's batches are described by its first part (the parts' layers agree).
+                self._info = self.client.describe(self.dataset or self.mixture[0].dataset)
             except (CogfeedError, grpc.RpcError):
                 self._info = None
         return self._info

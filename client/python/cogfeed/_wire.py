@@ -50,6 +50,7 @@ class SampleMeta(NamedTuple):
     datetimes: Dict[str, Tuple[str, ...]] = {}
     point_id: str = ""  # the points sampler: the point's id
     targets: Dict[str, float] = {}  # the points sampler: the point's numeric attributes
+    dataset: str = ""  # mixtures: the dataset the sample came from
 
 
 def window_row(w):
@@ -158,7 +159,7 @@ def decode_batch(raw):
             meta["samples"].append(SampleMeta(
                 tuple(m.items), m.datetime or None, m.crs, tuple(m.bounds), m.resolution, m.padded, m.drawn,
                 m.valid_fraction if m.HasField("valid_fraction") else None, m.split,
-                {d.layer: tuple(d.dates) for d in m.datetimes}, m.point_id, dict(m.targets)))
+                {d.layer: tuple(d.dates) for d in m.datetimes}, m.point_id, dict(m.targets), m.dataset))
         elif field == 12:
             name, tensor = _named_tensor(raw, view, value[0], value[0] + value[1])
             meta["time_masks"][name] = tensor

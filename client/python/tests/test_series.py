@@ -112,3 +112,19 @@ def test_balanced_sampler_draws_the_rare_class_at_its_target(daemon):
     for k, s in shares.items():
         assert abs(balanced[k] - s.expected) < 0.07, (k, balanced, s)
     assert balanced[6] > 0.1 > drawn_randomly[6]
+
+
+def test_a_mixture_draws_each_dataset_by_weight(daemon):
+    loader = cogfeed.Loader(daemon.address, mixture={"demo-stac": 3, "demo-series": 1}, patch_size=32,
+                            batch_size=8, samples_per_epoch=64, seed=2, layers=["label"])
+    batches = list(loader)
+    assert len(batches) == len(loader) == 8
+    names = [m.dataset for b in batches for m in b.meta]
+    for k in range(0, 64, 4):  # 3 : 1 in every period of 4
+        assert sorted(names[k:k + 4]) == ["demo-series", "demo-stac", "demo-stac", "demo-stac"]
+    assert all(b["label"].shape == (8, 1, 32, 32) for b in batches)
+    with pytest.raises(TypeError):
+        cogfeed.Loader(daemon.address, "demo-stac", mixture={"demo-series": 1})
+    with pytest.raises(cogfeed.CogfeedError, match="different layers"):
+        list(cogfeed.Loader(daemon.address, mixture={"demo-stac": 1, "demo-series": 1}, patch_size=32,
+                            batch_size=4, max_batches=1))

@@ -95,6 +95,7 @@ fn sample(m: &SampleMeta) -> pb::SampleInfo {
             .collect(),
         point_id: m.point_id.clone().unwrap_or_default(),
         targets: m.targets.iter().cloned().collect(),
+        dataset: m.dataset.clone().unwrap_or_default(),
     }
 }
 

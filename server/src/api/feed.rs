@@ -159,7 +159,11 @@ impl Feed for FeedService {
     type StreamBatchesStream = BatchStream;
 
     async fn stream_batches(&self, r: Request<pb::StreamBatchesRequest>) -> Result<Response<BatchStream>, Status> {
-        let caller = self.allowed(&r, &r.get_ref().dataset)?;
+        let read = job::datasets_read(r.get_ref());
+        let caller = self.allowed(&r, read.first().copied().unwrap_or_default())?;
+        for d in read.iter().skip(1) {
+            self.allowed(&r, d)?;
+        }
         // Validate first: a bad request holds nothing.
         let admitted = job::stream_job(&self.catalog, &self.limits, &self.memory, r.get_ref())?;
         let global = self.streams.clone().try_acquire_owned().map_err(|_| {
@@ -191,7 +195,7 @@ impl Feed for FeedService {
             rank: job.share.rank,
             world: job.share.world,
             epoch: job.plan.epoch(),
-            samples_in_epoch: job.plan.len(),
+            samples_in_epoch: job.samples_in_epoch(),
             batches: job.batch_count(),
             cursor: job.share.cursor,
             reported_wait,
@@ -239,11 +243,13 @@ impl Feed for FeedService {
         &self,
         r: Request<pb::StreamBatchesRequest>,
     ) -> Result<Response<pb::CountBatchesResponse>, Status> {
-        self.allowed(&r, &r.get_ref().dataset)?;
+        for d in job::datasets_read(r.get_ref()) {
+            self.allowed(&r, d)?;
+        }
         let job = job::stream_job(&self.catalog, &self.limits, &self.memory, r.get_ref())?.job;
         Ok(Response::new(pb::CountBatchesResponse {
             batches: job.batch_count(),
-            samples_in_epoch: job.plan.len(),
+            samples_in_epoch: job.samples_in_epoch(),
             batches_in_epoch: job.share.batches(),
         }))
     }

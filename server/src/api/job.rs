@@ -25,6 +25,11 @@ pub const MAX_NAME_CHARS: usize = 128;
 /// being assembled, two in the transport (tonic's encode buffer, HTTP/2's send buffer).
 const BATCHES_BESIDE_QUEUE: u64 = 4;
 
+/// Most datasets one mixture stream draws from.
+const MAX_MIXTURE_PARTS: usize = 16;
+/// Samples per period of a mixture: weights are quotas of it.
+const MIXTURE_PERIOD: u64 = 1000;
+
 fn invalid(msg: impl Into<String>) -> Error {
     Error::InvalidArgument(msg.into())
 }
@@ -370,6 +375,7 @@ fn map_stream_job(
             stall_timeout: Some(limits.stall_timeout()),
             layers,
             split,
+            mixture: None,
         },
         stream_bytes: p.stream_bytes,
     })
@@ -383,6 +389,9 @@ pub fn stream_job(
     memory: &MemoryBudget,
     r: &pb::StreamBatchesRequest,
 ) -> Result<Admitted, Error> {
+    if !r.mixture.is_empty() {
+        return mixture_job(catalog, limits, memory, r);
+    }
     let ds = dataset(catalog, &r.dataset)?;
     check_job(&r.job)?;
     let kind = match pb::Sampler::try_from(r.sampler) {
@@ -499,9 +508,139 @@ pub fn stream_job(
             stall_timeout: Some(limits.stall_timeout()),
             layers: Vec::new(),
             split: None,
+            mixture: None,
         },
         stream_bytes,
     })
+}
+
+/// The datasets a request reads: its `dataset`, or its mixture's parts.
+pub fn datasets_read(r: &pb::StreamBatchesRequest) -> Vec<&str> {
+    if r.mixture.is_empty() {
+        vec![r.dataset.as_str()]
+    } else {
+        r.mixture.iter().map(|p| p.dataset.as_str()).collect()
+    }
+}
+
+/// A mixture stream: each part is validated as a stream of its own (same request, its
+/// dataset), the parts must give the requested layers the same names, shapes and types,
+/// and the samples are dealt to the parts by `Interleave` in proportion to the weights.
+fn mixture_job(
+    catalog: &Catalog,
+    limits: &LimitsConfig,
+    memory: &MemoryBudget,
+    r: &pb::StreamBatchesRequest,
+) -> Result<Admitted, Error> {
+    if !r.dataset.is_empty() {
+        return Err(invalid("give either dataset or mixture, not both"));
+    }
+    if r.mixture.len() > MAX_MIXTURE_PARTS {
+        return Err(invalid(format!(
+            "a mixture of {} parts (at most {MAX_MIXTURE_PARTS})",
+            r.mixture.len()
+        )));
+    }
+    match pb::Sampler::try_from(r.sampler) {
+        Ok(pb::Sampler::Grid) | Ok(pb::Sampler::Points) => {
+            return Err(invalid(
+                "a mixture draws with the random, aligned or balanced sampler (a grid covers and points are one dataset's)",
+            ));
+        }
+        _ => {}
+    }
+    let total: f64 = r.mixture.iter().map(|p| p.weight).sum();
+    let mut parts = Vec::with_capacity(r.mixture.len());
+    let mut stream_bytes = 0u64;
+    let mut quotas = Vec::with_capacity(r.mixture.len());
+    for (k, part) in r.mixture.iter().enumerate() {
+        if !(part.weight.is_finite() && part.weight > 0.0) {
+            return Err(invalid(format!(
+                "mixture part {}: weight {} is not a positive number",
+                shown(&part.dataset),
+                part.weight
+            )));
+        }
+        if r.mixture[..k].iter().any(|q| q.dataset == part.dataset) {
+            return Err(invalid(format!("mixture part {} given twice", shown(&part.dataset))));
+        }
+        let one = pb::StreamBatchesRequest {
+            dataset: part.dataset.clone(),
+            mixture: Vec::new(),
+            cursor: 0,
+            samples_per_epoch: 0,
+            max_batches: 0,
+            ..r.clone()
+        };
+        let admitted = stream_job(catalog, limits, memory, &one)?;
+        let Some(map) = admitted.job.dataset.map.clone() else {
+            return Err(invalid(format!(
+                "mixture part {}: only map-space datasets mix (their samples carry their dataset)",
+                shown(&part.dataset)
+            )));
+        };
+        stream_bytes = stream_bytes.max(admitted.stream_bytes);
+        quotas.push(((part.weight / total * MIXTURE_PERIOD as f64).round() as u64).max(1));
+        parts.push((admitted.job, map));
+    }
+    // Every part must fill the batch's tensors alike.
+    // Per requested layer: name, [T, C, H, W], type, whether it is a time series.
+    type Output = (String, (usize, usize, usize, usize), &'static str, bool);
+    let outputs = |job: &StreamJob, map: &crate::stacset::MapSpace| -> Vec<Output> {
+        let shapes = map.layer_shapes(r.patch_size);
+        job.layers
+            .iter()
+            .map(|&l| {
+                let spec = &map.layers[l];
+                (spec.name.clone(), shapes[l], spec.dtype.name(), spec.time.is_some())
+            })
+            .collect()
+    };
+    let first = outputs(&parts[0].0, &parts[0].1);
+    for (job, map) in &parts[1..] {
+        let these = outputs(job, map);
+        if these != first {
+            return Err(invalid(format!(
+                "mixture parts {} and {} give different layers {:?} and {:?} (name, [T, C, H, W], type): request layers they share, of one shape",
+                parts[0].0.dataset.name, job.dataset.name, first, these
+            )));
+        }
+    }
+    // The shortest period with these proportions (3:1 deals every 4 samples exactly).
+    let gcd = quotas.iter().fold(0u64, |a, &b| {
+        let (mut a, mut b) = (a, b);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    });
+    let quotas = quotas.iter().map(|q| q / gcd.max(1)).collect();
+    let interleave = crate::sampler::Interleave::new(quotas, r.seed, r.epoch).map_err(invalid)?;
+    let len = if r.samples_per_epoch > 0 {
+        r.samples_per_epoch
+    } else {
+        parts.iter().map(|(j, _)| j.plan.len()).sum()
+    };
+    if r.cursor > len {
+        return Err(invalid(format!(
+            "cursor {} is past the end of the epoch ({len} samples)",
+            r.cursor
+        )));
+    }
+    let jobs: Vec<StreamJob> = parts.into_iter().map(|(j, _)| j).collect();
+    let mut job = jobs[0].clone();
+    job.share = Share {
+        cursor: r.cursor,
+        epoch_len: len,
+        keep_tail: false,
+        ..job.share
+    };
+    job.max_batches = r.max_batches;
+    job.mixture = Some(Arc::new(crate::pipeline::Mixture {
+        parts: jobs,
+        interleave,
+    }));
+    Ok(Admitted { job, stream_bytes })
 }
 
 /// A validated `ReadWindow` request.

@@ -112,9 +112,44 @@ pub struct StreamJob {
     /// Map-space datasets: the split (index in the dataset's split rule) every sample's
     /// footprint must lie in.
     pub split: Option<usize>,
+    /// A mixture: sample `i` is sample `n mod len` of part `p`'s job, where
+    /// `(p, n) = interleave.locate(i)` (this job's own plan is then part 0's).
+    pub mixture: Option<Arc<Mixture>>,
+}
+
+/// The parts of a mixture stream.
+#[derive(Debug)]
+pub struct Mixture {
+    pub parts: Vec<StreamJob>,
+    pub interleave: crate::sampler::Interleave,
+}
+
+impl Mixture {
+    /// The part and the part's sample index of sample `i`.
+    fn locate(&self, i: u64) -> (&StreamJob, u64) {
+        let (p, n) = self.interleave.locate(i);
+        let part = &self.parts[p];
+        (part, n % part.plan.len().max(1))
+    }
 }
 
 impl StreamJob {
+    /// The window of sample `i` (in its part's dataset for a mixture).
+    pub fn window(&self, i: u64) -> WindowSpec {
+        match &self.mixture {
+            Some(m) => {
+                let (part, n) = m.locate(i);
+                part.plan.window(n)
+            }
+            None => self.plan.window(i),
+        }
+    }
+
+    /// Samples in the epoch.
+    pub fn samples_in_epoch(&self) -> u64 {
+        self.share.epoch_len
+    }
+
     /// Batches this stream will send.
     pub fn batch_count(&self) -> u64 {
         let n = self.share.batches();
@@ -252,6 +287,19 @@ async fn load_map_sample(
 }
 
 async fn load_sample(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sample, Error> {
+    let Some(mixture) = &job.mixture else {
+        return load_one(job, cache, i).await;
+    };
+    let (part, n) = mixture.locate(i);
+    let mut sample = load_one(part, cache, n).await?;
+    if let Some(meta) = sample.meta.as_mut() {
+        meta.dataset = Some(part.dataset.name.clone());
+    }
+    Ok(sample)
+}
+
+/// Sample `i` of a job that is not a mixture.
+async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sample, Error> {
     let ds = &job.dataset;
     if let Some(map) = &ds.map {
         return load_map_sample(job, map, cache, i).await;
@@ -423,7 +471,7 @@ pub async fn run(
                     Some(reason) if job.on_corrupt == OnCorrupt::Skip && i != u64::MAX => {
                         let skip = Skipped {
                             sample: i,
-                            window: job.plan.window(i),
+                            window: job.window(i),
                             reason,
                         };
                         if let Some(q) = &queue {

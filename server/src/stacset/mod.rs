@@ -112,6 +112,8 @@ pub struct SampleMeta {
     pub point: Option<usize>,
     pub point_id: Option<String>,
     pub targets: Vec<(String, f64)>,
+    /// Mixtures: the dataset the sample came from.
+    pub dataset: Option<String>,
 }
 
 /// A STAC dataset.
@@ -931,6 +933,7 @@ impl MapSpace {
                 point: None,
                 point_id: None,
                 targets: Vec::new(),
+                dataset: None,
             },
         ))
     }
