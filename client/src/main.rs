@@ -367,6 +367,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                                     "resolution": m.resolution, "padded": m.padded, "datetime": m.datetime,
                                     "valid_fraction": m.valid_fraction, "split": m.split,
                                 });
+                                if !m.dataset.is_empty() {
+                                    s["dataset"] = m.dataset.clone().into();
+                                }
                                 if !m.point_id.is_empty() {
                                     s["point_id"] = m.point_id.clone().into();
                                     s["targets"] = serde_json::json!(m.targets);
