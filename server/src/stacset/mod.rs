@@ -277,8 +277,10 @@ impl MapSpace {
         let url = c.stac.as_deref().unwrap_or_default();
         let rewrite = HrefRewrite::new(c.href_rewrite.clone());
         let bad = |m: String| Error::InvalidArgument(format!("dataset {}: {m}", c.name));
+        let started = std::time::Instant::now();
         let mut items = read_items(&stores, url, &rewrite).await?;
         let found = items.len();
+        tracing::info!(dataset = %c.name, items = found, seconds = started.elapsed().as_secs_f64(), "items read");
         if let Some(f) = &c.filter {
             let f = ItemFilter::from_table(f).map_err(|e| bad(format!("filter: {e}")))?;
             items.retain(|it| f.accepts(it));
@@ -339,6 +341,12 @@ impl MapSpace {
             .collect()
             .await;
         let refs: Vec<AssetSource> = opened.into_iter().collect::<Result<_>>()?;
+        tracing::info!(
+            dataset = %c.name,
+            assets = refs.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "reference assets opened"
+        );
         // Layer specs, with defaults from the first reference source and the Items' STAC.
         let mut layers = Vec::with_capacity(c.layers.len());
         for l in &c.layers {
