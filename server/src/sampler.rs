@@ -160,18 +160,7 @@ impl Plan {
             ));
         }
         let len = match spec.kind {
-            SamplerKind::Random => {
-                if spec.samples_per_epoch > 0 {
-                    spec.samples_per_epoch
-                } else {
-                    // As many draws as there are non-overlapping patches.
-                    scenes
-                        .iter()
-                        .map(|s| (s.width / p) * (s.height / p))
-                        .sum::<u64>()
-                        .max(1)
-                }
-            }
+            SamplerKind::Random => draws_per_epoch(&spec, &scenes),
             _ => total,
         };
         let permutation =
@@ -204,15 +193,7 @@ impl Plan {
         if let Some(c) = cells.cells.iter().find(|c| c[0] as usize >= scenes.len()) {
             return Err(format!("a cell names scene {}, past the dataset's scenes", c[0]));
         }
-        let len = if spec.samples_per_epoch > 0 {
-            spec.samples_per_epoch
-        } else {
-            scenes
-                .iter()
-                .map(|s| (s.width / p) * (s.height / p))
-                .sum::<u64>()
-                .max(1)
-        };
+        let len = draws_per_epoch(&spec, &scenes);
         Ok(Self {
             spec: PlanSpec {
                 kind: SamplerKind::Balanced,
@@ -407,6 +388,20 @@ impl Plan {
     pub fn augment_key(&self, i: u64) -> u64 {
         rng::key(&[self.spec.seed, self.spec.epoch, i, 0xC3])
     }
+}
+
+/// Samples of a drawing plan (random, balanced): `samples_per_epoch`, or as many draws as
+/// there are non-overlapping patches.
+fn draws_per_epoch(spec: &PlanSpec, scenes: &[SceneGrid]) -> u64 {
+    if spec.samples_per_epoch > 0 {
+        return spec.samples_per_epoch;
+    }
+    let p = u64::from(spec.patch.max(1));
+    scenes
+        .iter()
+        .map(|s| (s.width / p) * (s.height / p))
+        .sum::<u64>()
+        .max(1)
 }
 
 /// Windows needed to cover `size` pixels with `patch`-wide windows every `stride` pixels:
