@@ -25,10 +25,23 @@ pub struct Scene {
     pub index: usize,
     /// File name (what clients see).
     pub name: String,
-    /// The scene's object.
-    pub object: TileObject,
+    /// The scene's object (scene datasets). Map-space scenes are reference grids: their
+    /// assets are opened when a sample reads them, so they have none here.
+    pub object: Option<TileObject>,
     /// The label raster paired with it (same grid).
     pub label: Option<TileObject>,
+}
+
+impl Scene {
+    /// The scene's object; an error for a map-space scene.
+    pub fn tiles(&self) -> Result<&TileObject> {
+        self.object.as_ref().ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "scene {} is a map-space reference grid, not one object",
+                self.name
+            ))
+        })
+    }
 }
 
 /// A served dataset.
@@ -176,7 +189,7 @@ impl Catalog {
     ) -> Result<Self> {
         let mut datasets = BTreeMap::new();
         for c in configs {
-            let d = Self::dataset(c, &stores, &headers, &options, index_dir.as_deref()).await?;
+            let d = Self::dataset(c, &stores, &headers, &options, index_dir.as_deref(), false).await?;
             datasets.insert(c.name.clone(), Arc::new(d));
         }
         let objects = RwLock::new(Self::index(&datasets));
@@ -209,9 +222,13 @@ impl Catalog {
         }
         if let Some(old) = self.get(name) {
             for scene in &old.scenes {
-                self.headers.invalidate(&scene.object.url).await;
-                if let Some(l) = &scene.label {
-                    self.headers.invalidate(&l.url).await;
+                for o in scene.object.iter().chain(&scene.label) {
+                    self.headers.invalidate(&o.url).await;
+                }
+            }
+            if let Some(map) = &old.map {
+                for url in map.asset_urls() {
+                    self.headers.invalidate(url).await;
                 }
             }
         }
@@ -221,6 +238,7 @@ impl Catalog {
             &self.headers,
             &self.options,
             self.index_dir.as_deref(),
+            true,
         )
         .await;
         if let Ok(mut busy) = self.refreshing.lock() {
@@ -243,9 +261,8 @@ impl Catalog {
         let mut objects = HashMap::new();
         for d in datasets.values() {
             for s in &d.scenes {
-                objects.insert(s.object.url.clone(), s.object.clone());
-                if let Some(l) = &s.label {
-                    objects.insert(l.url.clone(), l.clone());
+                for o in s.object.iter().chain(&s.label) {
+                    objects.insert(o.url.clone(), o.clone());
                 }
             }
         }
@@ -277,9 +294,10 @@ impl Catalog {
         headers: &HeaderCache,
         options: &OpenOptions,
         index_dir: Option<&std::path::Path>,
+        replan: bool,
     ) -> Result<Dataset> {
         if c.stac.is_some() {
-            return Self::stac_dataset(c, stores, headers, options, index_dir).await;
+            return Self::stac_dataset(c, stores, headers, options, index_dir, replan).await;
         }
         let urls = Self::scene_urls(c, stores).await?;
         if urls.is_empty() {
@@ -384,11 +402,12 @@ impl Catalog {
             scenes.push(Scene {
                 index,
                 name: url.rsplit('/').next().unwrap_or(url).to_string(),
-                object,
+                object: Some(object),
                 label,
             });
         }
-        let first = &scenes[0].object.cog.header().levels[0];
+        let objects: Vec<&TileObject> = scenes.iter().map(Scene::tiles).collect::<Result<_>>()?;
+        let first = &objects[0].cog.header().levels[0];
         let (nbands, dtype) = (first.bands, first.dtype);
         let bands: Vec<usize> = match &c.bands {
             Some(b) => b.iter().map(|&b| b as usize - 1).collect(),
@@ -402,11 +421,7 @@ impl Catalog {
             )));
         }
         let label_dtype = scenes[0].label.as_ref().map(|l| l.cog.header().levels[0].dtype);
-        let levels = scenes
-            .iter()
-            .map(|s| s.object.cog.header().levels.len())
-            .min()
-            .unwrap_or(1);
+        let levels = objects.iter().map(|o| o.cog.header().levels.len()).min().unwrap_or(1);
         let stat = |v: &Option<Vec<f64>>, default: f64| -> Result<Vec<f64>> {
             match v {
                 None => Ok(vec![default; bands.len()]),
@@ -444,17 +459,17 @@ impl Catalog {
         headers: &HeaderCache,
         options: &OpenOptions,
         index_dir: Option<&std::path::Path>,
+        replan: bool,
     ) -> Result<Dataset> {
-        let (map, objects, version) =
-            crate::stacset::MapSpace::build(c, stores.clone(), headers.clone(), options.clone(), index_dir).await?;
+        let (map, version) =
+            crate::stacset::MapSpace::build(c, stores.clone(), headers.clone(), options.clone(), index_dir, replan)
+                .await?;
         let reference = &map.layers[0];
-        let scenes = objects
-            .into_iter()
-            .enumerate()
-            .map(|(index, object)| Scene {
+        let scenes = (0..map.grids.len())
+            .map(|index| Scene {
                 index,
                 name: map.items[map.drawn[index]].id.clone(),
-                object,
+                object: None,
                 label: None,
             })
             .collect();

@@ -458,7 +458,7 @@ async fn replicas_are_not_rate_limited_but_clients_are() {
     let mut config = Config::demo(demo_dir());
     config.limits.requests_per_second = 2;
     let d = start(config).await;
-    let scene = d.app.catalog.get("demo").unwrap().scenes[0].object.clone();
+    let scene = d.app.catalog.get("demo").unwrap().scenes[0].object.clone().unwrap();
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", d.addr))
         .unwrap()
         .connect()

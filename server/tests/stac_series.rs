@@ -474,6 +474,7 @@ async fn balanced_draws_meet_the_target_shares_and_resume() {
     let files: Vec<_> = std::fs::read_dir(tmp.path().join("index"))
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".classes.json"))
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let mut index: serde_json::Value = serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
@@ -496,4 +497,41 @@ async fn balanced_draws_meet_the_target_shares_and_resume() {
         (river.natural - 1.0).abs() < 1e-9,
         "read back from the doctored index: {river:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_reads_the_plan_back_until_the_document_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = series_config(tmp.path());
+    let describe = |config: Config| async move {
+        let d = start(config).await;
+        let mut client = cogfeed_client::Client::connect(&d.addr).await.unwrap();
+        client.describe("demo-series").await.unwrap()
+    };
+    let first = describe(config.clone()).await;
+    let plans: Vec<_> = std::fs::read_dir(tmp.path().join("index"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".plan.json"))
+        .collect();
+    assert_eq!(plans.len(), 1, "{plans:?}");
+    // A restart gives the same dataset from the plan alone.
+    let again = describe(config.clone()).await;
+    assert_eq!(again, first);
+    // Doctor the kept plan: the restart shows it, so it was read back, not replanned.
+    let mut plan: serde_json::Value = serde_json::from_slice(&std::fs::read(&plans[0]).unwrap()).unwrap();
+    let width = plan["grids"][0]["width"].as_u64().unwrap();
+    plan["grids"][0]["width"] = serde_json::json!(width - 7);
+    std::fs::write(&plans[0], serde_json::to_vec(&plan).unwrap()).unwrap();
+    let doctored = describe(config.clone()).await;
+    assert_eq!(doctored.scenes[0].levels[0].width, width - 7);
+    assert_eq!(doctored.version, first.version);
+    // A changed document (another ETag) is planned again.
+    let doc = tmp.path().join("series").join("items.json");
+    let text = std::fs::read_to_string(&doc).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&doc, format!("{text}\n")).unwrap();
+    let replanned = describe(config).await;
+    assert_eq!(replanned.scenes[0].levels[0].width, width);
+    assert_eq!(replanned.version, first.version, "the same Items and assets: the same version");
 }

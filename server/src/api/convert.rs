@@ -120,10 +120,8 @@ pub fn dataset_info(ds: &Dataset) -> pb::DatasetInfo {
                 }
                 None => s
                     .object
-                    .cog
-                    .header()
-                    .levels
                     .iter()
+                    .flat_map(|o| o.cog.header().levels.iter())
                     .map(|l| pb::Level {
                         width: l.width,
                         height: l.height,
@@ -140,10 +138,8 @@ pub fn dataset_info(ds: &Dataset) -> pb::DatasetInfo {
                 }
                 None => s
                     .object
-                    .cog
-                    .header()
-                    .geo
-                    .geotransform
+                    .as_ref()
+                    .and_then(|o| o.cog.header().geo.geotransform)
                     .map(|g| g.to_vec())
                     .unwrap_or_default(),
             },
@@ -151,10 +147,8 @@ pub fn dataset_info(ds: &Dataset) -> pb::DatasetInfo {
                 Some(map) => map.grids[s.index].crs.to_string(),
                 None => s
                     .object
-                    .cog
-                    .header()
-                    .geo
-                    .epsg
+                    .as_ref()
+                    .and_then(|o| o.cog.header().geo.epsg)
                     .map(|e| format!("EPSG:{e}"))
                     .unwrap_or_default(),
             },

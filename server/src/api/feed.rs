@@ -264,9 +264,10 @@ impl Feed for FeedService {
         let ds = &w.dataset;
         let scene = &ds.scenes[w.scene];
         let context = format!("dataset {}", ds.name);
-        let image = patch::read(self.tiles.as_ref(), &scene.object, w.window, &w.bands, 0.0)
+        let scene_object = scene.tiles()?;
+        let image = patch::read(self.tiles.as_ref(), scene_object, w.window, &w.bands, 0.0)
             .await
-            .map_err(|e| Error::tiff(scene.object.url.as_ref(), e).to_status_in(&context))?;
+            .map_err(|e| Error::tiff(scene_object.url.as_ref(), e).to_status_in(&context))?;
         let label = match (&scene.label, w.labels) {
             (Some(l), true) => Some(
                 patch::read(self.tiles.as_ref(), l, w.window, &[0], 0.0)

@@ -453,15 +453,15 @@ pub fn stream_job(
         .scenes
         .iter()
         .map(|s| {
-            let l = &s.object.cog.header().levels[r.level as usize];
-            SceneGrid {
+            let l = &s.tiles()?.cog.header().levels[r.level as usize];
+            Ok(SceneGrid {
                 width: l.width,
                 height: l.height,
                 block_width: l.block_width,
                 block_height: l.block_height,
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_, Error>>()?;
     let Planned {
         plan,
         share,

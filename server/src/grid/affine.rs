@@ -7,7 +7,7 @@
 use super::GridError;
 
 /// A 2-D affine transform, pixel → map.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Affine {
     pub a: f64,
     pub b: f64,

@@ -306,9 +306,10 @@ async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sam
     }
     let window = job.plan.window(i);
     let scene = &ds.scenes[window.scene as usize];
-    let image = patch::fetch_region(cache, &scene.object, window, &job.bands, ds.fill)
+    let scene_object = scene.tiles()?;
+    let image = patch::fetch_region(cache, scene_object, window, &job.bands, ds.fill)
         .await
-        .map_err(|e| Error::tiff(scene.object.url.as_ref(), e))?;
+        .map_err(|e| Error::tiff(scene_object.url.as_ref(), e))?;
     let label = match (&scene.label, job.labels) {
         (Some(l), true) => Some(
             patch::fetch_region(cache, l, window, &[0], 0.0)
@@ -319,7 +320,7 @@ async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sam
     };
     let transform = job.transform.clone();
     let key = job.plan.augment_key(i);
-    let object = scene.object.url.clone();
+    let object = scene_object.url.clone();
     let metrics = job.metrics.clone();
     on_cpu_pool(move || {
         let stage = |name: &str| {

@@ -13,7 +13,7 @@ use super::StacError;
 use crate::grid::Affine;
 
 /// One band of an asset (`raster:bands[i]`).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct BandInfo {
     /// STAC data type name (`uint16`, `float32`, ...), when given.
     pub data_type: Option<String>,
@@ -22,7 +22,7 @@ pub struct BandInfo {
 }
 
 /// One asset of an Item.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Asset {
     pub key: String,
     /// The href as written in the document.
@@ -42,7 +42,7 @@ pub struct Asset {
 }
 
 /// One STAC Item.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Item {
     pub id: String,
     pub collection: Option<String>,

@@ -338,17 +338,9 @@ pub fn load(path: &std::path::Path, key: &str) -> Option<ClassIndex> {
     (index.key == key && index.counts.len() == index.cells.len() * k).then_some(index)
 }
 
-/// Writes `index` to `path` (through a temporary file and a rename, so a reader never
-/// sees half a file).
+/// Writes `index` to `path`.
 pub fn save(path: &std::path::Path, index: &ClassIndex) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
-    std::fs::write(&tmp, serde_json::to_vec(index).map_err(std::io::Error::other)?)?;
-    std::fs::rename(&tmp, path)
+    super::plan_index::write_atomically(path, &serde_json::to_vec(index).map_err(std::io::Error::other)?)
 }
 
 #[cfg(test)]

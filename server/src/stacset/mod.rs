@@ -15,7 +15,7 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
 use crate::assemble::{self, AssetSource};
-use crate::cache::{HeaderCache, TileObject, TileSource};
+use crate::cache::{HeaderCache, TileSource};
 use crate::catalog::open;
 use crate::cog::{DType, OpenOptions, RangeReader};
 use crate::config::DatasetConfig;
@@ -27,6 +27,7 @@ use crate::storage::Stores;
 use crate::warp::Resampling;
 
 pub mod balance;
+pub mod plan_index;
 pub mod points;
 pub mod time;
 pub mod valid;
@@ -264,16 +265,61 @@ fn sort_items(items: &mut [Item], keys: &[String]) {
 }
 
 impl MapSpace {
-    /// Builds the dataset `c` (a `stac` one): reads, filters and orders the Items, opens
-    /// every drawable Item's reference asset and derives its grid. Returns the map space,
-    /// the reference objects (one per scene) and the dataset version.
+    /// Builds the dataset `c` (a `stac` one) and returns it with its version. Its plan
+    /// (Items, reference grids, version) is read back from `index_dir` when this document
+    /// (same ETag) and configuration were planned before (unless `replan`: a refresh after
+    /// a change), else planned from the document (`plan`) and written there.
     pub async fn build(
         c: &DatasetConfig,
         stores: Arc<Stores>,
         headers: HeaderCache,
         options: OpenOptions,
         index_dir: Option<&std::path::Path>,
-    ) -> Result<(Self, Vec<TileObject>, String)> {
+        replan: bool,
+    ) -> Result<(Self, String)> {
+        let started = std::time::Instant::now();
+        let key = plan_index::key(&stores, c).await;
+        let path = index_dir
+            .zip(key.as_ref())
+            .map(|(d, k)| plan_index::path(d, &c.name, k));
+        let kept = path
+            .as_ref()
+            .zip(key.as_ref())
+            .filter(|_| !replan)
+            .and_then(|(p, k)| plan_index::load(p, k));
+        let plan = match kept {
+            Some(plan) => {
+                tracing::info!(
+                    dataset = %c.name,
+                    items = plan.items.len(),
+                    seconds = started.elapsed().as_secs_f64(),
+                    "plan index read back"
+                );
+                plan
+            }
+            None => {
+                let mut plan = Self::plan(c, &stores, &headers, &options).await?;
+                if let (Some(p), Some(k)) = (&path, &key) {
+                    plan.key = k.clone();
+                    if let Err(e) = plan_index::save(p, &plan) {
+                        tracing::warn!(dataset = %c.name, path = %p.display(), error = %e, "plan index not written");
+                    }
+                }
+                plan
+            }
+        };
+        Self::from_plan(c, plan, stores, headers, options, index_dir).await
+    }
+
+    /// Plans dataset `c` from its document: reads, filters and orders the Items, opens
+    /// every drawable Item's reference asset (checks, tile grid, ETag for the version) and
+    /// derives its grid.
+    async fn plan(
+        c: &DatasetConfig,
+        stores: &Arc<Stores>,
+        headers: &HeaderCache,
+        options: &OpenOptions,
+    ) -> Result<plan_index::Plan> {
         let url = c.stac.as_deref().unwrap_or_default();
         let rewrite = HrefRewrite::new(c.href_rewrite.clone());
         let bad = |m: String| Error::InvalidArgument(format!("dataset {}: {m}", c.name));
@@ -347,27 +393,29 @@ impl MapSpace {
             seconds = started.elapsed().as_secs_f64(),
             "reference assets opened"
         );
-        // Layer specs, with defaults from the first reference source and the Items' STAC.
-        let mut layers = Vec::with_capacity(c.layers.len());
+        // What each layer's assets hold, from the first Item that has them all.
+        let mut facts = Vec::with_capacity(c.layers.len());
         for l in &c.layers {
             let filter = layer_filter(l)?;
-            let time = time::TimeSpec::from_layer(l).map_err(|e| bad(format!("layer {}: {e}", l.name)))?;
             let holder = items.iter().find(|it| reads(l, &filter, it)).ok_or_else(|| {
                 bad(format!(
                     "layer {}: no single item (passing its filter) has all of {:?}",
                     l.name, l.assets
                 ))
             })?;
-            let mut bands = 0;
-            let mut asset_bands = Vec::with_capacity(l.assets.len());
-            let mut finest = f64::INFINITY;
+            let mut f = plan_index::LayerFacts {
+                dtype: String::new(),
+                bands: 0,
+                asset_bands: Vec::with_capacity(l.assets.len()),
+                finest: f64::INFINITY,
+            };
             let mut dtype: Option<DType> = None;
             for a in &l.assets {
                 let asset = holder.asset(a)?;
                 let (src_dtype, nb, res) = if holder.id == refs[0].item && a == ref_asset {
                     (refs[0].dtype, refs[0].bands, refs[0].transform.pixel_size().0)
                 } else {
-                    let object = open(&stores, &headers, &asset.href, &options).await?;
+                    let object = open(stores, headers, &asset.href, options).await?;
                     let s = AssetSource::new(&holder.id, asset, object)?;
                     (s.dtype, s.bands, s.transform.pixel_size().0)
                 };
@@ -382,64 +430,15 @@ impl MapSpace {
                     )));
                 }
                 dtype = Some(src_dtype);
-                bands += nb;
-                asset_bands.push(nb);
-                finest = finest.min(res);
+                f.bands += nb;
+                f.asset_bands.push(nb);
+                f.finest = f.finest.min(res);
             }
-            let src_dtype = dtype.unwrap_or(DType::U8);
-            let out = match &l.dtype {
-                Some(t) => DType::from_name(t).ok_or_else(|| bad(format!("layer {}: dtype {t}", l.name)))?,
-                None => src_dtype,
-            };
-            layers.push(LayerSpec {
-                name: l.name.clone(),
-                assets: l.assets.clone(),
-                resolution: l.resolution.unwrap_or(finest),
-                resampling: l
-                    .resampling
-                    .as_deref()
-                    .map(|k| Resampling::parse(k).unwrap_or(Resampling::Nearest))
-                    .unwrap_or(Resampling::Nearest),
-                dtype: out,
-                bands,
-                asset_bands,
-                nodata: l.nodata.unwrap_or(0.0),
-                filter,
-                time,
-            });
+            f.dtype = dtype.unwrap_or(DType::U8).name().to_string();
+            facts.push(f);
         }
-        let valid = c
-            .sampling
-            .as_ref()
-            .map(|sm| {
-                let mask_layer = match &sm.mask_layer {
-                    Some(m) => Some(
-                        layers
-                            .iter()
-                            .position(|l| &l.name == m)
-                            .ok_or_else(|| bad(format!("sampling.mask_layer {m} is not a layer")))?,
-                    ),
-                    None => None,
-                };
-                Ok::<_, Error>(valid::ValidRule {
-                    min: sm.min_valid_fraction,
-                    mask_layer,
-                    invalid_classes: sm.invalid_classes.iter().map(|&v| v as f64).collect(),
-                    max_attempts: sm.max_attempts.unwrap_or(DEFAULT_ATTEMPTS),
-                })
-            })
-            .transpose()?;
-        let split = c
-            .split
-            .as_ref()
-            .map(crate::split::SplitRule::new)
-            .transpose()
-            .map_err(|e| bad(format!("split: {e}")))?;
-        let fixed = match c.crs.as_deref() {
-            None => None,
-            Some(s) if s.eq_ignore_ascii_case("native") => None,
-            Some(s) => Some(Crs::parse(s)?),
-        };
+        let layers = layer_specs(c, &facts)?;
+        let fixed = fixed_crs(c)?;
         let res = layers[0].resolution;
         let mut grids = Vec::with_capacity(refs.len());
         for s in &refs {
@@ -462,45 +461,9 @@ impl MapSpace {
                 return Err(bad(format!("no item's reference grid meets the aoi {aoi:?}")));
             }
         }
-        let wgs = Crs::from_epsg(4326)?;
-        let bboxes: Vec<[f64; 4]> = items
-            .iter()
-            .map(|it| {
-                it.bbox.unwrap_or_else(|| {
-                    // No STAC bbox: from the first asset's grid.
-                    it.assets
-                        .values()
-                        .find_map(|a| {
-                            let (t, (r, cc), e) = (a.transform?, a.shape?, a.epsg?);
-                            let crs = Crs::from_epsg(e).ok()?;
-                            let (mut xs, mut ys) = edge_points(&t, cc as f64, r as f64, 20);
-                            Transformer::new(&crs, &wgs).transform(&mut xs, &mut ys);
-                            bbox_of(&xs, &ys)
-                        })
-                        .unwrap_or([-180.0, -90.0, 180.0, 90.0])
-                })
-            })
-            .collect();
-        let (points, point_centres) = match &c.points {
-            Some(url) => {
-                let set = read_points(&stores, url).await?;
-                let crs = Crs::parse(c.points_crs.as_deref().unwrap_or("EPSG:4326"))?;
-                let index = crate::stac::BboxIndex::new(&bboxes, 1.0);
-                let centres = place_points(&set, &crs, &items, &bboxes, &index, &drawn, &grids);
-                if centres.len() < set.coords.len() {
-                    tracing::warn!(
-                        dataset = %c.name,
-                        points = set.coords.len(),
-                        outside = set.coords.len() - centres.len(),
-                        "points outside every drawable item's grid are left out"
-                    );
-                }
-                (Some(set), centres)
-            }
-            None => (None, Vec::new()),
-        };
         let mut hasher = Sha256::new();
-        if let Some(p) = &points {
+        if let Some(url) = &c.points {
+            let p = read_points(stores, url).await?;
             hasher.update(format!("points\t{:?}\t{:?}\t{:?}\n", p.ids, p.coords, p.names));
         }
         for it in &items {
@@ -547,7 +510,130 @@ impl MapSpace {
             fixed, c.mosaic
         ));
         let version = hex::encode(hasher.finalize())[..16].to_string();
-        let objects = refs.iter().map(|s| s.object.clone()).collect();
+        // Only the assets some layer reads are kept (memory, and the index's size).
+        let used: std::collections::BTreeSet<&String> = c.layers.iter().flat_map(|l| l.assets.iter()).collect();
+        for it in &mut items {
+            it.assets.retain(|k, _| used.contains(k));
+        }
+        Ok(plan_index::Plan {
+            key: String::new(),
+            items,
+            drawn,
+            grids: grids.iter().map(plan_index::GridEntry::of).collect(),
+            facts,
+            version,
+        })
+    }
+
+    /// The dataset from its plan: layers, sampling rules, grids, bboxes, points and the
+    /// class balance.
+    async fn from_plan(
+        c: &DatasetConfig,
+        plan: plan_index::Plan,
+        stores: Arc<Stores>,
+        headers: HeaderCache,
+        options: OpenOptions,
+        index_dir: Option<&std::path::Path>,
+    ) -> Result<(Self, String)> {
+        let bad = |m: String| Error::InvalidArgument(format!("dataset {}: {m}", c.name));
+        let plan_index::Plan {
+            items,
+            drawn,
+            grids,
+            facts,
+            version,
+            ..
+        } = plan;
+        let layers = layer_specs(c, &facts)?;
+        let valid = c
+            .sampling
+            .as_ref()
+            .map(|sm| {
+                let mask_layer = match &sm.mask_layer {
+                    Some(m) => Some(
+                        layers
+                            .iter()
+                            .position(|l| &l.name == m)
+                            .ok_or_else(|| bad(format!("sampling.mask_layer {m} is not a layer")))?,
+                    ),
+                    None => None,
+                };
+                Ok::<_, Error>(valid::ValidRule {
+                    min: sm.min_valid_fraction,
+                    mask_layer,
+                    invalid_classes: sm.invalid_classes.iter().map(|&v| v as f64).collect(),
+                    max_attempts: sm.max_attempts.unwrap_or(DEFAULT_ATTEMPTS),
+                })
+            })
+            .transpose()?;
+        let split = c
+            .split
+            .as_ref()
+            .map(crate::split::SplitRule::new)
+            .transpose()
+            .map_err(|e| bad(format!("split: {e}")))?;
+        let fixed = fixed_crs(c)?;
+        // Grids share a few CRSs: each is parsed once.
+        let mut crss: std::collections::HashMap<String, Crs> = std::collections::HashMap::new();
+        let mut ref_grids = Vec::with_capacity(grids.len());
+        for g in grids {
+            let crs = match crss.get(&g.crs) {
+                Some(crs) => crs.clone(),
+                None => {
+                    let crs = Crs::parse(&g.crs)?;
+                    crss.insert(g.crs.clone(), crs.clone());
+                    crs
+                }
+            };
+            ref_grids.push(RefGrid {
+                crs,
+                transform: g.transform,
+                width: g.width,
+                height: g.height,
+                block: g.block,
+            });
+        }
+        let grids = ref_grids;
+        if drawn.len() != grids.len() || drawn.iter().any(|&i| i >= items.len()) {
+            return Err(bad("the plan's grids and Items disagree".into()));
+        }
+        let wgs = Crs::from_epsg(4326)?;
+        let bboxes: Vec<[f64; 4]> = items
+            .iter()
+            .map(|it| {
+                it.bbox.unwrap_or_else(|| {
+                    // No STAC bbox: from the first asset's grid.
+                    it.assets
+                        .values()
+                        .find_map(|a| {
+                            let (t, (r, cc), e) = (a.transform?, a.shape?, a.epsg?);
+                            let crs = Crs::from_epsg(e).ok()?;
+                            let (mut xs, mut ys) = edge_points(&t, cc as f64, r as f64, 20);
+                            Transformer::new(&crs, &wgs).transform(&mut xs, &mut ys);
+                            bbox_of(&xs, &ys)
+                        })
+                        .unwrap_or([-180.0, -90.0, 180.0, 90.0])
+                })
+            })
+            .collect();
+        let (points, point_centres) = match &c.points {
+            Some(url) => {
+                let set = read_points(&stores, url).await?;
+                let crs = Crs::parse(c.points_crs.as_deref().unwrap_or("EPSG:4326"))?;
+                let index = crate::stac::BboxIndex::new(&bboxes, 1.0);
+                let centres = place_points(&set, &crs, &items, &bboxes, &index, &drawn, &grids);
+                if centres.len() < set.coords.len() {
+                    tracing::warn!(
+                        dataset = %c.name,
+                        points = set.coords.len(),
+                        outside = set.coords.len() - centres.len(),
+                        "points outside every drawable item's grid are left out"
+                    );
+                }
+                (Some(set), centres)
+            }
+            None => (None, Vec::new()),
+        };
         let rule = c
             .balance
             .as_ref()
@@ -594,7 +680,7 @@ impl MapSpace {
             }
             map.balance = Some(fitted);
         }
-        Ok((map, objects, version))
+        Ok((map, version))
     }
 
     /// The class histograms of `rule`, read back from `index_dir` when this dataset
@@ -612,16 +698,7 @@ impl MapSpace {
             rule.cell, rule.samples, rule.ignore
         );
         let tag = hex::encode(Sha256::digest(key.as_bytes()))[..16].to_string();
-        let safe: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "-_".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let safe = plan_index::file_stem(name);
         let path = index_dir.map(|d| d.join(format!("{safe}-{tag}.classes.json")));
         if let Some(p) = &path
             && let Some(index) = balance::load(p, &key)
@@ -698,6 +775,16 @@ impl MapSpace {
             .iter()
             .map(|i| i.id.as_str())
             .zip(self.bboxes.iter().copied())
+    }
+
+    /// The URL of every asset a layer reads, of every Item.
+    pub fn asset_urls(&self) -> impl Iterator<Item = &str> {
+        self.items.iter().flat_map(|it| {
+            self.layers
+                .iter()
+                .flat_map(|l| l.assets.iter())
+                .filter_map(|a| it.assets.get(a).map(|x| x.href.as_str()))
+        })
     }
 
     /// Items in the dataset (after the filter).
@@ -1058,6 +1145,57 @@ impl MapSpace {
             })
             .collect()
     }
+}
+
+/// The layer specs of `c` from what its assets hold.
+fn layer_specs(c: &DatasetConfig, facts: &[plan_index::LayerFacts]) -> Result<Vec<LayerSpec>> {
+    let bad = |m: String| Error::InvalidArgument(format!("dataset {}: {m}", c.name));
+    if facts.len() != c.layers.len() {
+        return Err(bad("the plan's layers and the configuration disagree".into()));
+    }
+    c.layers
+        .iter()
+        .zip(facts)
+        .map(|(l, f)| {
+            let filter = l
+                .filter
+                .as_ref()
+                .map(ItemFilter::from_table)
+                .transpose()
+                .map_err(|e| bad(format!("layer {}: filter: {e}", l.name)))?;
+            let time = time::TimeSpec::from_layer(l).map_err(|e| bad(format!("layer {}: {e}", l.name)))?;
+            let src = DType::from_name(&f.dtype).ok_or_else(|| bad(format!("layer {}: dtype {}", l.name, f.dtype)))?;
+            let dtype = match &l.dtype {
+                Some(t) => DType::from_name(t).ok_or_else(|| bad(format!("layer {}: dtype {t}", l.name)))?,
+                None => src,
+            };
+            Ok(LayerSpec {
+                name: l.name.clone(),
+                assets: l.assets.clone(),
+                resolution: l.resolution.unwrap_or(f.finest),
+                resampling: l
+                    .resampling
+                    .as_deref()
+                    .map(|k| Resampling::parse(k).unwrap_or(Resampling::Nearest))
+                    .unwrap_or(Resampling::Nearest),
+                dtype,
+                bands: f.bands,
+                asset_bands: f.asset_bands.clone(),
+                nodata: l.nodata.unwrap_or(0.0),
+                filter,
+                time,
+            })
+        })
+        .collect()
+}
+
+/// The dataset's fixed sample CRS (None: native).
+fn fixed_crs(c: &DatasetConfig) -> Result<Option<Crs>> {
+    Ok(match c.crs.as_deref() {
+        None => None,
+        Some(s) if s.eq_ignore_ascii_case("native") => None,
+        Some(s) => Some(Crs::parse(s)?),
+    })
 }
 
 /// Reads and parses the points file at `url`.

@@ -98,7 +98,8 @@ pub fn outlines(datasets: &[std::sync::Arc<Dataset>]) -> Vec<Outline> {
             }
             None => {
                 for s in ds.scenes.iter().take(MAX_OUTLINES) {
-                    let h = s.object.cog.header();
+                    let Some(object) = &s.object else { continue };
+                    let h = object.cog.header();
                     let (Some(gt), Some(epsg), Some(l0)) = (h.geo.geotransform, h.geo.epsg, h.levels.first()) else {
                         continue;
                     };

@@ -138,7 +138,7 @@ fn datasets(h: &mut String, app: &App) {
                 format!("{} × {}", ds.bands.len(), ds.dtype.name()),
                 ds.scenes
                     .first()
-                    .and_then(|s| s.object.cog.header().geo.epsg)
+                    .and_then(|s| s.object.as_ref()?.cog.header().geo.epsg)
                     .map_or_else(|| "–".to_string(), |e| format!("EPSG:{e}")),
             ),
         };

@@ -51,7 +51,15 @@ fn request(app: &App, dataset: &str, seed: u64) -> Result<pb::StreamBatchesReque
 fn smallest_side(ds: &crate::catalog::Dataset) -> u32 {
     ds.scenes
         .iter()
-        .filter_map(|s| s.object.cog.header().levels.first().map(|l| l.width.min(l.height)))
+        .filter_map(|s| {
+            s.object
+                .as_ref()?
+                .cog
+                .header()
+                .levels
+                .first()
+                .map(|l| l.width.min(l.height))
+        })
         .min()
         .unwrap_or(128)
         .clamp(1, u32::MAX as u64) as u32
