@@ -324,7 +324,7 @@ impl MapSpace {
         let rewrite = HrefRewrite::new(c.href_rewrite.clone());
         let bad = |m: String| Error::InvalidArgument(format!("dataset {}: {m}", c.name));
         let started = std::time::Instant::now();
-        let mut items = read_items(&stores, url, &rewrite).await?;
+        let mut items = read_items(stores, url, &rewrite).await?;
         let found = items.len();
         tracing::info!(dataset = %c.name, items = found, seconds = started.elapsed().as_secs_f64(), "items read");
         if let Some(f) = &c.filter {
