@@ -13,7 +13,9 @@ headline benchmark's harness, services.py), and streams, per latency, from a fre
     s1_desc[B, 4, 2, 32, 32]     4 descending passes
     label  [B, 1, 320, 320]      land cover at 1 m (x10 finer), mode
 
-with `cogfeed-client bench --sampler random --patch-size 32 --batch-size 16`. Reports delivered MB/s and
+with `cogfeed-client bench --sampler random --patch-size 32 --batch-size 16`. `--store s3` serves the
+archive from s3s-fs (an S3 server; `bash .ci/test` installs it under $COGFEED_TOOLS) instead of nginx,
+and the daemon reads `s3://seed/items.json` through the delay proxy. Reports delivered MB/s and
 samples/s, cold (fresh daemon: every tile fetched through the proxy) and warm (the same daemon again),
 and the daemon's CPU seconds per GB; medians of --runs.
 """
@@ -71,6 +73,33 @@ nodata = 255
 """
 
 
+class S3Server:
+    """s3s-fs serving the archive as bucket `seed` (hard links, so nothing is copied)."""
+
+    KEY, SECRET = "test", "testtesttest"
+
+    def __init__(self, archive, work):
+        self.archive, self.root = Path(archive), Path(work) / "s3root"
+
+    def start(self):
+        exe = Path(os.environ.get("COGFEED_TOOLS", Path.home() / ".cache" / "cogfeed-tools")) / "bin" / "s3s-fs"
+        if not exe.exists():
+            sys.exit(f"{exe} not found: run `bash .ci/test` once, or set COGFEED_TOOLS")
+        if not (self.root / "seed" / "items.json").exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["cp", "-al", str(self.archive), str(self.root / "seed")], check=True)
+        self.port = svc.free_port()
+        self.proc = subprocess.Popen([str(exe), "--host", "127.0.0.1", "--port", str(self.port), "--access-key",
+                                      self.KEY, "--secret-key", self.SECRET, str(self.root)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     preexec_fn=svc.die_with_parent)
+        svc.wait_port(self.port, proc=self.proc)
+        return self
+
+    def stop(self):
+        svc.stop(self.proc)
+
+
 def bench(daemon, duration):
     out = subprocess.run(
         [svc.binary("cogfeed-client"), "--server", daemon.address, "bench", "--dataset", "seed",
@@ -88,22 +117,32 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "cogfeed-series-bench"))
     ap.add_argument("--json")
+    ap.add_argument("--store", choices=["http", "s3"], default="http")
     a = ap.parse_args()
     work = Path(a.work)
     archive = work / "archive"
     if not (archive / "items.json").exists():
         subprocess.run([svc.binary("cogfeed"), "demo-series", str(archive), "--s2-dates", "16", "--s2-bands", "10",
                         "--s1-dates", "8"], check=True)
-    nginx = svc.Nginx(archive, work).start()
+    if a.store == "s3":
+        server = S3Server(archive, work).start()
+    else:
+        server = svc.Nginx(archive, work).start()
     results = {}
     try:
         for ms in [int(x) for x in a.latencies.split(",")]:
-            proxy = svc.Proxy(nginx.port, ms).start()
+            proxy = svc.Proxy(server.port, ms).start()
             rows = []
             try:
                 for run in range(a.runs):
-                    url = f"http://127.0.0.1:{proxy.port}/items.json"
-                    d = svc.Daemon(work / f"daemon-{ms}-{run}", {}, extra_toml=DATASET.format(url=url)).start()
+                    if a.store == "s3":
+                        url = "s3://seed/items.json"
+                        store = (f'[store]\ns3_endpoint = "http://127.0.0.1:{proxy.port}"\n'
+                                 f's3_access_key_id = "{S3Server.KEY}"\ns3_secret_access_key = "{S3Server.SECRET}"\n')
+                    else:
+                        url, store = f"http://127.0.0.1:{proxy.port}/items.json", ""
+                    d = svc.Daemon(work / f"daemon-{ms}-{run}", {},
+                                   extra_toml=store + DATASET.format(url=url)).start()
                     try:
                         cpu0 = d.cpu()
                         cold = bench(d, a.duration)
@@ -131,7 +170,7 @@ def main():
                 "first_batch_s": med(lambda r: r["cold"]["first_batch_s"]),
             }
     finally:
-        nginx.stop()
+        server.stop()
     print(json.dumps(results, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2))

@@ -219,7 +219,9 @@ class Daemon:
     def config(self):
         lines = ["[server]", f'listen = "127.0.0.1:{self.port}"',
                  f'metrics_listen = "127.0.0.1:{self.metrics_port}"', "",
-                 "[cache]", f"capacity_bytes = {self.capacity}", "", self.extra]
+                 "[cache]", f"capacity_bytes = {self.capacity}",
+                 # Every fresh daemon plans its STAC datasets again: cold means cold.
+                 'index_dir = ""', "", self.extra]
         for name, urls in self.datasets.items():
             lines += ["[[datasets]]", f"name = {toml_str(name)}",
                       "scenes = [" + ", ".join(toml_str(u) for u in urls) + "]", ""]
