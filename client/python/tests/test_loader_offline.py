@@ -18,22 +18,32 @@ def some_value(f):
     """A non-default value for a request field, as a Loader keyword."""
     if f.enum_type is not None:
         return "grid"
+    if f.message_type is not None:  # mixture parts
+        return [pb.MixturePart(dataset="a", weight=3.0), pb.MixturePart(dataset="b", weight=1.0)]
     if f.is_repeated:
         return ["b", "a"] if f.type == f.TYPE_STRING else [3, 1]
     return {f.TYPE_STRING: "x", f.TYPE_BOOL: True}.get(f.type, 7)
 
 
 def test_request_carries_every_proto_field():
-    values = {f.name: some_value(f) for f in FIELDS if f.name != "dataset"}
-    request = cogfeed.Loader(ADDRESS, "x", **values).request()
-    assert sorted(f.name for f, _ in request.ListFields()) == sorted(f.name for f in FIELDS)
-    for f in FIELDS:
-        expected = pb.SAMPLER_GRID if f.enum_type is not None else some_value(f)
-        assert getattr(request, f.name) == expected, f.name
+    # A mixture stands instead of a dataset: every field but one of the two.
+    for without in ["dataset", "mixture"]:
+        values = {f.name: some_value(f) for f in FIELDS if f.name not in ("dataset", without)}
+        request = cogfeed.Loader(ADDRESS, None if without == "dataset" else "x", **values).request()
+        assert sorted(f.name for f, _ in request.ListFields()) == sorted(f.name for f in FIELDS if f.name != without)
+        for f in FIELDS:
+            if f.name != without:
+                expected = pb.SAMPLER_GRID if f.enum_type is not None else some_value(f)
+                assert getattr(request, f.name) == expected, f.name
     # One field at a time too: each keyword reaches its own field.
     for name, value in values.items():
         request = cogfeed.Loader(ADDRESS, "demo", **{name: value}).request()
         assert getattr(request, name) == (pb.SAMPLER_GRID if name == "sampler" else value), name
+    # A mixture as a dict of weights.
+    request = cogfeed.Loader(ADDRESS, mixture={"a": 3, "b": 1}).request()
+    assert list(request.mixture) == some_value(pb.StreamBatchesRequest.DESCRIPTOR.fields_by_name["mixture"])
+    with pytest.raises(TypeError, match="dataset or a mixture"):
+        cogfeed.Loader(ADDRESS)
 
 
 def test_defaults_are_unchanged():
