@@ -384,6 +384,22 @@ async fn points_are_each_sampled_once_centred_with_their_attributes() {
         .flat_map(|b| b.samples.iter().map(|m| m.point_id.clone()))
         .collect();
     assert_ne!(first, other);
+    // Resume after 2 batches with two ranks: the rest of the epoch, each point once.
+    let mut resumed: Vec<String> = first[..16].to_vec();
+    for rank in 0..2 {
+        let mut rr = r.clone();
+        rr.cursor = batches[1].cursor;
+        rr.world_size = 2;
+        rr.rank = rank;
+        rr.batch_size = 4;
+        for b in collect(&d.addr, rr).await {
+            resumed.extend(b.samples.iter().map(|m| m.point_id.clone()));
+        }
+    }
+    let mut want = first.clone();
+    want.sort();
+    resumed.sort();
+    assert_eq!(resumed, want, "resumed with another world size");
     let mut rv = r.clone();
     rv.split = "val".into();
     rv.batch_size = 1;
