@@ -549,5 +549,8 @@ async fn a_restart_reads_the_plan_back_until_the_document_changes() {
     std::fs::write(&doc, format!("{text}\n")).unwrap();
     let replanned = describe(config).await;
     assert_eq!(replanned.scenes[0].levels[0].width, width);
-    assert_eq!(replanned.version, first.version, "the same Items and assets: the same version");
+    assert_eq!(
+        replanned.version, first.version,
+        "the same Items and assets: the same version"
+    );
 }
