@@ -54,6 +54,7 @@ pub struct Metrics {
     pub ready: IntGauge,
     pub samples_skipped: IntCounterVec,
     pub rejected_draws: IntCounterVec,
+    pub balanced_class_pixels: IntCounterVec,
     pub streams_stalled: IntCounterVec,
     pub client_data_wait_seconds: prometheus::CounterVec,
     pub memory_budget_bytes: IntGauge,
@@ -133,6 +134,12 @@ impl Metrics {
                 "cogfeed_rejected_draws_total",
                 "Sample draws rejected and redrawn, by reason (split: footprint outside the requested split; valid: under min_valid_fraction)",
                 &["reason"],
+            ),
+            balanced_class_pixels: counter_vec(
+                &r,
+                "cogfeed_balanced_class_pixels_total",
+                "Class-layer pixels delivered by balanced streams, by dataset and class (of [datasets.balance]): the achieved proportions, beside DescribeDataset's targets",
+                &["dataset", "class"],
             ),
             streams_stalled: counter_vec(
                 &r,

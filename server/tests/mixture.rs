@@ -71,6 +71,14 @@ async fn a_mixture_deals_by_weight_keeps_each_parts_order_and_resumes() {
     let r = mixture(&[("demo-stac", 3.0), ("demo-series", 1.0)], 48);
     let mixed = samples(&collect(&d.addr, r.clone()).await);
     assert_eq!(mixed.len(), 48);
+    // The parts report their stage timings like any stream.
+    let warps = d
+        .app
+        .metrics
+        .stage_seconds
+        .with_label_values(&["warp"])
+        .get_sample_count();
+    assert!(warps >= 48, "{warps} warp timings");
     // 3 : 1 exactly, every 4 samples.
     for chunk in mixed.chunks(4) {
         let stac = chunk.iter().filter(|s| s.0 == "demo-stac").count();

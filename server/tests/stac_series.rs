@@ -439,6 +439,25 @@ async fn balanced_draws_meet_the_target_shares_and_resume() {
     r.layers = vec!["label".into()];
     let balanced = collect(&d.addr, r.clone()).await;
     let shares = label_shares(&balanced);
+    // The daemon counts what it delivered: the achieved proportions, for operators.
+    let delivered: u64 = balanced
+        .iter()
+        .map(|b| b.layer("label").unwrap().data.iter().filter(|&&v| v != 255).count() as u64)
+        .sum();
+    for s in &info.balance {
+        let counted = d
+            .app
+            .metrics
+            .balanced_class_pixels
+            .with_label_values(&["demo-series", s.class_value.to_string().as_str()])
+            .get();
+        let want = shares.get(&s.class_value).copied().unwrap_or(0.0) * delivered as f64;
+        assert!(
+            (counted as f64 - want).abs() < 0.5,
+            "class {}: {counted} counted, {want} delivered",
+            s.class_value
+        );
+    }
     let mut random = r.clone();
     random.sampler = pb::Sampler::Random as i32;
     let natural = label_shares(&collect(&d.addr, random).await);

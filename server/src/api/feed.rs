@@ -183,9 +183,7 @@ impl Feed for FeedService {
         let batch_mib = admitted.stream_bytes as f64 / (1u64 << 20) as f64;
         let what = format!("a stream holding up to {batch_mib:.1} MiB of batches");
         let memory = self.reserve(&caller, admitted.stream_bytes, &what).await?;
-        let mut job = admitted.job;
-        job.metrics = Some(self.metrics.clone());
-        job.shutdown = Some(self.shutdown.clone());
+        let job = admitted.job.observed(self.metrics.clone(), self.shutdown.clone());
         let labels = [job.dataset.name.clone(), self.metrics.job_label(&r.get_ref().job)];
         let label_refs = [labels[0].as_str(), labels[1].as_str()];
         let reported_wait = self.record_data_wait(&r, &label_refs);

@@ -145,6 +145,25 @@ impl StreamJob {
         }
     }
 
+    /// This job reporting to `metrics` and ending at `shutdown` (a mixture's parts too).
+    pub fn observed(mut self, metrics: Arc<Metrics>, shutdown: tokio::sync::watch::Receiver<bool>) -> Self {
+        if let Some(mixture) = self.mixture.take() {
+            let mut m = Arc::try_unwrap(mixture).unwrap_or_else(|shared| Mixture {
+                parts: shared.parts.clone(),
+                interleave: shared.interleave.clone(),
+            });
+            m.parts = m
+                .parts
+                .into_iter()
+                .map(|p| p.observed(metrics.clone(), shutdown.clone()))
+                .collect();
+            self.mixture = Some(Arc::new(m));
+        }
+        self.metrics = Some(metrics);
+        self.shutdown = Some(shutdown);
+        self
+    }
+
     /// Samples in the epoch.
     pub fn samples_in_epoch(&self) -> u64 {
         self.share.epoch_len
@@ -240,6 +259,9 @@ async fn load_map_sample(
             continue;
         }
         let layers: Vec<Vec<u8>> = job.layers.iter().map(|&l| std::mem::take(&mut all[l])).collect();
+        if job.plan.kind() == crate::sampler::SamplerKind::Balanced {
+            count_classes(job, map, &layers, window.width);
+        }
         let point = job.plan.point_of(i);
         let set = map.points.as_ref();
         let meta = crate::stacset::SampleMeta {
@@ -296,6 +318,34 @@ async fn load_sample(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<
         meta.dataset = Some(part.dataset.name.clone());
     }
     Ok(sample)
+}
+
+/// Adds a balanced sample's class-layer pixels (when that layer is streamed) to
+/// `cogfeed_balanced_class_pixels_total`.
+fn count_classes(job: &StreamJob, map: &crate::stacset::MapSpace, layers: &[Vec<u8>], patch: u32) {
+    let (Some(metrics), Some(balance)) = (&job.metrics, &map.balance) else {
+        return;
+    };
+    let Some(bytes) = job.layers.iter().position(|&l| l == balance.layer).map(|i| &layers[i]) else {
+        return;
+    };
+    let spec = &map.layers[balance.layer];
+    let (_, _, h, w) = map.layer_shapes(patch)[balance.layer];
+    let plane = (h * w * spec.dtype.size()).min(bytes.len());
+    let mut counts = vec![0u64; balance.shares.len()];
+    for v in crate::warp::samples_to_f64(spec.dtype, &bytes[..plane]) {
+        if let Ok(k) = balance.shares.binary_search_by(|s| (s.class as f64).total_cmp(&v)) {
+            counts[k] += 1;
+        }
+    }
+    for (s, n) in balance.shares.iter().zip(counts) {
+        if n > 0 {
+            metrics
+                .balanced_class_pixels
+                .with_label_values(&[job.dataset.name.as_str(), s.class.to_string().as_str()])
+                .inc_by(n);
+        }
+    }
 }
 
 /// Sample `i` of a job that is not a mixture.
