@@ -561,6 +561,14 @@ async fn a_restart_reads_the_plan_back_until_the_document_changes() {
     let doctored = describe(config.clone()).await;
     assert_eq!(doctored.scenes[0].levels[0].width, width - 7);
     assert_eq!(doctored.version, first.version);
+    // A changed points file (it is part of the version) is planned again.
+    let points = tmp.path().join("series").join("points.geojson");
+    let kept = std::fs::read_to_string(&points).unwrap();
+    std::fs::write(&points, kept.replacen("\"P000\"", "\"P000x\"", 1)).unwrap();
+    let moved = describe(config.clone()).await;
+    assert_eq!(moved.scenes[0].levels[0].width, width);
+    assert_ne!(moved.version, first.version);
+    std::fs::write(&points, &kept).unwrap();
     // A changed document (another ETag) is planned again.
     let doc = tmp.path().join("series").join("items.json");
     let text = std::fs::read_to_string(&doc).unwrap();

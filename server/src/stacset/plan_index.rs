@@ -2,8 +2,8 @@
 //! document and opening every drawable Item's reference asset. It holds the selected Items
 //! (priority order, only the assets some layer reads), which of them are drawn, their
 //! reference grids, what each layer's assets hold, and the dataset version. It is kept in
-//! `[cache] index_dir`, keyed by the document's URL and ETag and the dataset's whole
-//! configuration, so a changed document or key plans again.
+//! `[cache] index_dir`, keyed by the document's URL and ETag, the points file's ETag and the
+//! dataset's whole configuration, so a changed document, points file or key plans again.
 //!
 //! A restart that reads it back does not open the reference assets: an asset that changed
 //! while the document did not is found when a sample first reads it (its header is checked
@@ -69,8 +69,8 @@ pub struct Plan {
     pub version: String,
 }
 
-/// The key of dataset `c`'s plan: its document's URL, ETag and size, and its whole
-/// configuration. None when the document cannot say (a prefix of Item files, a store
+/// The key of dataset `c`'s plan: its document's URL, ETag and size, its points file's
+/// ETag and size, and its whole configuration. None when the document cannot say (a prefix of Item files, a store
 /// without ETags, an unreadable document: those are planned every time).
 pub async fn key(stores: &Stores, c: &DatasetConfig) -> Option<String> {
     let url = c.stac.as_deref()?;
@@ -80,7 +80,12 @@ pub async fn key(stores: &Stores, c: &DatasetConfig) -> Option<String> {
     let prefix = stores.reader(url).ok()?.read_prefix(1).await.ok()?;
     let etag = prefix.version?;
     let config = serde_json::to_string(c).ok()?;
-    let text = format!("{FORMAT}\t{url}\t{etag}\t{}\t{config}", prefix.object_size);
+    let mut text = format!("{FORMAT}\t{url}\t{etag}\t{}\t{config}", prefix.object_size);
+    // The points enter the version: a changed points file plans again too.
+    if let Some(points) = &c.points {
+        let p = stores.reader(points).ok()?.read_prefix(1).await.ok()?;
+        text.push_str(&format!("\tpoints\t{}\t{}", p.version?, p.object_size));
+    }
     Some(hex::encode(Sha256::digest(text.as_bytes())))
 }
 
