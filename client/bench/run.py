@@ -26,8 +26,9 @@ Scenarios (medians of --reps repetitions; contenders alternate inside each repet
             and for the peer (block vs random sampler): store bytes per delivered byte, MB/s
   large     1024 px patches (batch 4) at the highest latency: cogfeed random windows vs the
             peer's tuned config with 1024 px blocked windows (fewer opens per byte)
-  prefetch  evidence for the daemon's authors: cold pass at the highest latency with
-            cogfeed-client --prefetch 64 and 256 (automatic: the cold run)
+  prefetch  the look-ahead controller: cold passes at every latency with no flag
+            (automatic) and with cogfeed-client --prefetch 64, 128, 256, 512; target:
+            automatic >= 0.95 x the best fixed depth, end to end (request to last batch)
   peersweep the peer's tuned config at the highest latency with 8..96 workers, and with
             1024 px windows (choose --peer-workers, --peer-workers-large); not in the default list
 
@@ -56,7 +57,9 @@ import services as svc
 HERE = Path(__file__).resolve().parent
 GEN_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 ALL_CODECS = ["deflate", "zstd", "lzw", "lerc_zstd", "none"]
-TARGETS = {"vs_peer": 3.0, "latency": 0.85, "jobs": 1.2, "aligned": 1.1}
+TARGETS = {"vs_peer": 3.0, "latency": 0.9, "jobs": 1.2, "aligned": 1.1, "lookahead": 0.95}
+# Fixed look-ahead depths the automatic one is measured against (scenario prefetch).
+PREFETCH_SWEEP = [64, 128, 256, 512]
 
 
 def log(*a):
@@ -356,17 +359,22 @@ class Bench:
                                                            workers=a.peer_workers_large), what="block 1024")
 
     def prefetch(self):
+        """The look-ahead controller against a sweep of fixed depths, at every latency, each
+        a fresh daemon's cold pass; the order of the depths rotates with the repetition."""
         a = self.a
-        ms, codec = max(a.latencies), a.main_codec
+        codec = a.main_codec
+        depths = [0] + PREFETCH_SWEEP
         for rep in range(a.reps):
             self.wait_idle()
-            for pf in (64, 256):  # 0 (automatic) is the cold scenario's run
-                d = self.daemon(codec, ms, f"pf{pf}-{rep}")
-                try:
-                    self.record("prefetch", codec, ms, rep, self.cogfeed(d, [self.client_cmd(d, seed=rep, prefetch=pf)]),
-                                what=f"prefetch {pf or 'auto'}", prefetch=pf)
-                finally:
-                    d.stop()
+            for ms in a.latencies:
+                for pf in depths[rep % len(depths):] + depths[:rep % len(depths)]:
+                    d = self.daemon(codec, ms, f"pf{pf}-{ms}-{rep}")
+                    try:
+                        self.record("prefetch", codec, ms, rep,
+                                    self.cogfeed(d, [self.client_cmd(d, seed=rep, prefetch=pf)]),
+                                    what=f"prefetch {pf or 'auto'}", prefetch=pf)
+                    finally:
+                        d.stop()
 
     def peersweep(self):
         a = self.a
@@ -455,6 +463,19 @@ class Bench:
                             "peer_cpu_s_per_gb": self.med("cpu_s_per_gb", scenario="large", contender="peer-tuned")}
             if c and p:
                 rows.append((f"cogfeed random 1024 / peer tuned block 1024, {a.main_codec}, {hi} ms", c / p, None))
+        if self.pick(scenario="prefetch"):
+            res["prefetch"] = {}
+            for ms in a.latencies:
+                f = dict(scenario="prefetch", contender="cogfeed", latency_ms=ms)
+                # End to end (request to last batch): a deeper look-ahead loads more before the
+                # first batch, which the after-start-up rate would not charge it for.
+                by = {pf: self.med("e2e_mb_per_s", prefetch=pf, **f) for pf in [0] + PREFETCH_SWEEP}
+                fixed = {pf: v for pf, v in by.items() if pf and v}
+                res["prefetch"][ms] = {"auto" if pf == 0 else str(pf): v for pf, v in by.items()}
+                if by[0] and fixed:
+                    best = max(fixed, key=fixed.get)
+                    rows.append((f"look-ahead: automatic / best fixed (prefetch {best}), {a.main_codec}, {ms} ms",
+                                 by[0] / fixed[best], TARGETS["lookahead"]))
         if self.pick(scenario="aligned"):
             f = dict(scenario="aligned", contender="cogfeed")
             out = {}

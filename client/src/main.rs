@@ -567,8 +567,19 @@ async fn bench(client: &mut Client, sel: &Selection, duration: f64, step_ms: f64
     Ok(())
 }
 
+/// Transparent huge pages off for this process (`COGFEED_HUGE_PAGES=1` keeps them): mimalloc
+/// asks for them, and every first touch of a 2 MiB page of a fresh message buffer makes the
+/// kernel zero all of it (the daemon's `huge_pages` module has the measurement).
+fn disable_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    if !std::env::var("COGFEED_HUGE_PAGES").is_ok_and(|v| v == "1") {
+        let _ = rustix::thread::disable_transparent_huge_pages(true);
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    disable_transparent_huge_pages();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -3,6 +3,8 @@
 
 #![allow(clippy::all, missing_docs)]
 
+pub mod codec;
+
 /// Generated code for package `cogfeed.v1`.
 pub mod v1 {
     tonic::include_proto!("cogfeed.v1");

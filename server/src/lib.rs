@@ -21,6 +21,7 @@ pub mod demo_series;
 pub mod demo_stac;
 pub mod error;
 pub mod grid;
+pub mod huge_pages;
 pub mod inspect;
 pub mod memory;
 pub mod metrics;

@@ -489,6 +489,9 @@ fn main() -> std::process::ExitCode {
         LogFormat::Pretty => logs.init(),
         LogFormat::Json => logs.json().init(),
     }
+    if let Err(e) = cogfeed_server::huge_pages::disable_transparent_huge_pages() {
+        tracing::warn!("transparent huge pages stay on ({e}): fresh buffers cost more to fault in");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -1,22 +1,24 @@
-//! The ordered look-ahead of one stream, sized by Little's law instead of a flag.
+//! The ordered look-ahead of one stream, sized from the stalls it causes instead of a flag.
 //!
-//! To keep a consumer that takes one sample every `t` seconds busy when loading one sample
-//! takes `L` seconds, `L / t` loads must be in flight. [`Lookahead`] measures both (`L`: the
-//! shortest of the recent load times, i.e. without queueing; `t`: a moving average of the
-//! consumer's time between two pulls, its own work plus any wait for room in the stream's
-//! queue) and keeps `2 × L / t` loads in flight, between a floor and a memory-bound ceiling. On a
-//! remote store with 160 ms round trips that is hundreds of samples; on a warm cache a few
-//! dozen; behind a slow client, the floor. Results come out in order, so depth never
-//! changes what a client receives.
+//! To keep a consumer that spends `t` seconds of its own between two pulls busy when a load
+//! takes `L` seconds, `L / t` loads must be in flight (Little's law). [`Lookahead`] applies it
+//! only where it is evidence: when the consumer finds the oldest load not finished (a
+//! stall), the depth grows to `2 × L / t`, with `L` that load's own time and `t` the
+//! consumer's moving-average time outside `next` (its work, or waiting for room in the
+//! stream's queue; never the stall itself). A stretch of `depth` pulls without a stall
+//! shrinks it by an eighth, down to the floor. Loads that finish early (tiles another
+//! stream already cached) cause no stall and so never pull the depth down, which is what
+//! defeated an estimate from the shortest or the average load time; a slow consumer never
+//! stalls, so it keeps the floor. Results come out in order, so depth never changes what
+//! a client receives. Memory stays within the stream's ceiling and the daemon's budget.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::stream::FuturesOrdered;
+use futures::{FutureExt, StreamExt};
 
 use crate::memory::{MemoryBudget, Reservation};
 use tokio::task::{JoinError, JoinHandle};
@@ -26,8 +28,6 @@ use tokio::time::Instant;
 const HEADROOM: f64 = 2.0;
 /// Weight of the newest observation in the consumer's moving average.
 const ALPHA: f64 = 0.1;
-/// Load times remembered for the latency estimate.
-const LATENCY_WINDOW: usize = 64;
 
 /// How deep to look ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,11 +65,16 @@ pub struct Lookahead<I, T> {
     pending: FuturesOrdered<Load<T>>,
     depth: Depth,
     target: usize,
-    /// Recent load times; their minimum is the latency without queueing (a saturated CPU
-    /// or store makes loads slower, and deeper look-ahead would only make them slower still).
-    latencies: VecDeque<f64>,
-    interval: Option<f64>,
+    /// The consumer's own time between two pulls (moving average, seconds).
+    own: Option<f64>,
+    /// When the last `next` returned.
     last_pull: Option<Instant>,
+    /// Pulls since the last stall (or the last shrink).
+    calm: usize,
+    /// Pulls that found the oldest load unfinished.
+    stalls: u64,
+    /// How long the load of the latest stall took (seconds).
+    stall_latency: f64,
     deepest: usize,
     /// The daemon's memory budget, one sample's size in bytes, and the loads the stream
     /// reserved up front: loads beyond those take their memory from the budget.
@@ -92,9 +97,11 @@ where
             pending: FuturesOrdered::new(),
             depth,
             target,
-            latencies: VecDeque::with_capacity(LATENCY_WINDOW),
-            interval: None,
+            own: None,
             last_pull: None,
+            calm: 0,
+            stalls: 0,
+            stall_latency: 0.0,
             deepest: target,
             budget: None,
         }
@@ -119,16 +126,39 @@ where
         self.deepest
     }
 
+    /// Pulls so far that found the oldest load unfinished.
+    pub fn stalls(&self) -> u64 {
+        self.stalls
+    }
+
     /// The next output in order (Err: the load panicked); None when all have been yielded.
     pub async fn next(&mut self) -> Option<Result<T, JoinError>> {
         if let Some(last) = self.last_pull {
             let x = last.elapsed().as_secs_f64();
-            self.interval = Some(match self.interval {
+            self.own = Some(match self.own {
                 None => x,
                 Some(a) => a + ALPHA * (x - a),
             });
         }
-        self.retarget();
+        self.fill();
+        // Polled once first: an unfinished head is a stall, the controller's only signal.
+        let (out, stalled) = match self.pending.next().now_or_never() {
+            Some(out) => (out, false),
+            None => (self.pending.next().await, true),
+        };
+        let out = match out? {
+            Ok((out, took)) => {
+                self.observe(stalled, took.as_secs_f64());
+                Ok(out)
+            }
+            Err(e) => Err(e),
+        };
+        self.last_pull = Some(Instant::now());
+        Some(out)
+    }
+
+    /// Starts loads until `target` are in flight (or the budget or the loads run out).
+    fn fill(&mut self) {
         while self.pending.len() < self.target {
             let permit = match &self.budget {
                 Some((b, bytes, reserved)) if self.pending.len() >= *reserved => match b.try_reserve(*bytes) {
@@ -145,31 +175,33 @@ where
             });
             self.pending.push_back(Load { task, _budget: permit });
         }
-        let out = match self.pending.next().await? {
-            Ok((out, took)) => {
-                if self.latencies.len() == LATENCY_WINDOW {
-                    self.latencies.pop_front();
-                }
-                self.latencies.push_back(took.as_secs_f64());
-                Ok(out)
-            }
-            Err(e) => Err(e),
-        };
-        self.last_pull = Some(Instant::now());
-        Some(out)
     }
 
-    fn retarget(&mut self) {
+    /// One pull's evidence: after a stall on a load that took `latency` seconds, the depth
+    /// grows to what Little's law says it needs (again on the following pulls, as the
+    /// consumer's interval becomes known); `target` calm pulls shrink it by an eighth.
+    fn observe(&mut self, stalled: bool, latency: f64) {
         let Depth::Adaptive { min, max } = self.depth else {
             return;
         };
-        let latency = self.latencies.iter().copied().fold(f64::INFINITY, f64::min);
-        let Some(interval) = self.interval else { return };
-        if !latency.is_finite() {
-            return;
+        let (min, max) = (min.max(1), max.max(min).max(1));
+        if stalled {
+            self.stalls += 1;
+            self.calm = 0;
+            self.stall_latency = latency;
+        } else {
+            self.calm += 1;
         }
-        let want = HEADROOM * latency / interval.max(1e-6);
-        self.target = (want.ceil() as usize).clamp(min.max(1), max.max(min).max(1));
+        if self.stalls > 0 && self.calm < self.target {
+            if let Some(own) = self.own {
+                let want = (HEADROOM * self.stall_latency / own.max(1e-6)).ceil() as usize;
+                self.target = self.target.max(want.min(max));
+            }
+        } else if self.calm >= self.target {
+            self.calm = 0;
+            self.target -= (self.target / 8).max(1);
+        }
+        self.target = self.target.clamp(min, max);
         self.deepest = self.deepest.max(self.target);
     }
 }
@@ -205,6 +237,49 @@ mod tests {
         // Nearly consumer-bound: 2000 samples at 1 ms each plus a few round trips.
         let took = start.elapsed();
         assert!(took < Duration::from_millis(2000 + 1500), "{took:?}");
+    }
+
+    /// Every tenth load goes to the store (100 ms); the others find their tiles cached
+    /// and finish at once, which used to make latency estimates tiny.
+    fn mostly_cached(n: u64) -> impl Iterator<Item = Pin<Box<dyn Future<Output = u64> + Send>>> {
+        (0..n).map(move |i| -> Pin<Box<dyn Future<Output = u64> + Send>> {
+            Box::pin(async move {
+                if i % 10 == 0 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                i
+            })
+        })
+    }
+
+    async fn drain(
+        mut la: Lookahead<impl Iterator<Item = Pin<Box<dyn Future<Output = u64> + Send>>>, u64>,
+    ) -> (Duration, usize) {
+        let start = tokio::time::Instant::now();
+        let mut expect = 0;
+        while let Some(i) = la.next().await {
+            assert_eq!(i.unwrap(), expect, "order kept");
+            expect += 1;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        (start.elapsed(), la.deepest())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cached_loads_do_not_fool_it() {
+        let (auto, deepest) = drain(Lookahead::new(
+            mostly_cached(3000),
+            Depth::Adaptive { min: 8, max: 512 },
+        ))
+        .await;
+        let (fixed, _) = drain(Lookahead::new(mostly_cached(3000), Depth::Fixed(256))).await;
+        eprintln!("mostly cached: automatic {auto:?} (deepest {deepest}), fixed 256 {fixed:?}");
+        // As fast as the best fixed depth, within 5 %.
+        assert!(
+            auto.as_secs_f64() <= fixed.as_secs_f64() / 0.95,
+            "automatic {auto:?} vs fixed 256 {fixed:?} (deepest {deepest})"
+        );
+        assert!(deepest >= 100, "deepest {deepest}");
     }
 
     #[tokio::test(start_paused = true)]
