@@ -291,14 +291,10 @@ impl App {
             let _ = signalled_tx.send(());
         };
         let limits = &self.config.limits;
-        let router = tonic::transport::Server::builder()
-            .initial_stream_window_size(Some(8 << 20))
-            .initial_connection_window_size(Some(32 << 20))
-            .max_frame_size(Some((1 << 20) - 1))
+        let router = grpc_transport()
             .max_concurrent_streams(Some(limits.max_streams_per_connection))
             .http2_keepalive_interval(Some(limits.keepalive()))
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-            .tcp_nodelay(true)
             .add_service(health)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
@@ -339,4 +335,14 @@ impl App {
             source: std::io::Error::other(e.to_string()),
         })
     }
+}
+
+/// The daemon's HTTP/2 transport: windows and frames sized for batches of tens of MiB, no
+/// Nagle delay. `cogfeed serve-synthetic` uses the same.
+pub fn grpc_transport() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .initial_stream_window_size(Some(8 << 20))
+        .initial_connection_window_size(Some(32 << 20))
+        .max_frame_size(Some((1 << 20) - 1))
+        .tcp_nodelay(true)
 }

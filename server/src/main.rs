@@ -52,6 +52,25 @@ enum Command {
         #[arg(long, env = "COGFEED_DATA_DIR")]
         data_dir: Option<std::path::PathBuf>,
     },
+    /// Serve endless prebuilt batches of one shape (no data, no pipeline): what the gRPC
+    /// transport alone carries to `cogfeed-client bench` on this machine and network.
+    ServeSynthetic {
+        /// gRPC listen address.
+        #[arg(long, default_value = "127.0.0.1:50052")]
+        listen: std::net::SocketAddr,
+        #[arg(long, default_value_t = 32)]
+        batch_size: usize,
+        #[arg(long, default_value_t = 4)]
+        bands: usize,
+        #[arg(long, default_value_t = 256)]
+        patch_size: usize,
+        /// Bytes per image sample (2: uint16).
+        #[arg(long, default_value_t = 2)]
+        sample_bytes: usize,
+        /// Add a uint8 label tensor per batch.
+        #[arg(long)]
+        label: bool,
+    },
     /// Parse and validate a configuration file without opening any dataset.
     CheckConfig {
         /// TOML configuration file.
@@ -308,6 +327,36 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             metrics_listen,
             data_dir,
         } => serve(config, listen, metrics_listen, data_dir).await?,
+        Command::ServeSynthetic {
+            listen,
+            batch_size,
+            bands,
+            patch_size,
+            sample_bytes,
+            label,
+        } => {
+            use cogfeed_server::api::synthetic::{SyntheticFeed, SyntheticShape};
+            let bytes = batch_size
+                .checked_mul(bands)
+                .and_then(|n| n.checked_mul(patch_size))
+                .and_then(|n| n.checked_mul(patch_size))
+                .and_then(|n| n.checked_mul(sample_bytes))
+                .filter(|&n| n <= cogfeed_server::api::MAX_MESSAGE_BYTES / 2)
+                .context("batch too large (at most 512 MiB)")?;
+            let feed = SyntheticFeed::new(SyntheticShape {
+                batch_size,
+                bands,
+                patch_size,
+                sample_bytes,
+                label,
+            });
+            tracing::info!(%listen, bytes, "serving synthetic batches");
+            cogfeed_server::app::grpc_transport()
+                .add_service(feed.server())
+                .serve(listen)
+                .await
+                .context("synthetic feed")?;
+        }
         Command::CheckConfig { file, dump } => {
             let cfg = Config::load(&file)?;
             if dump {

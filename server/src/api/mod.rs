@@ -3,7 +3,8 @@
 //! are authenticated and rate-limited by [`auth`] (over [`tls`] when configured), validated
 //! into typed jobs by [`job`], run by the pipeline, and metered back out by [`stream`];
 //! [`convert`] maps between the protocol's messages and the crate's types, [`feed`] is the
-//! `Feed` service's glue and [`peer`] the replica-to-replica tile service. Errors become
+//! `Feed` service's glue and [`peer`] the replica-to-replica tile service; [`synthetic`]
+//! is a bare `Feed` of prebuilt batches that measures the transport alone. Errors become
 //! statuses in one place, `crate::error`.
 
 pub mod auth;
@@ -13,6 +14,7 @@ pub mod feed;
 pub mod job;
 pub mod peer;
 pub mod stream;
+pub mod synthetic;
 pub mod tls;
 
 pub use feed::FeedService;

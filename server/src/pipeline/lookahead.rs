@@ -3,7 +3,9 @@
 //! To keep a consumer that spends `t` seconds of its own between two pulls busy when a load
 //! takes `L` seconds, `L / t` loads must be in flight (Little's law). [`Lookahead`] applies it
 //! only where it is evidence: when the consumer finds the oldest load not finished (a
-//! stall), the depth grows to `2 × L / t`, with `L` that load's own time and `t` the
+//! stall), the depth grows to `2 × L / t`, with `L` the time that load waited for data
+//! (its whole time when it cannot say; CPU work is not latency to hide: deeper look-ahead
+//! on a saturated CPU only queues work and pushes finished samples out of the caches) and `t` the
 //! consumer's moving-average time outside `next` (its work, or waiting for room in the
 //! stream's queue; never the stall itself). A stretch of `depth` pulls without a stall
 //! shrinks it by an eighth, down to the floor. Loads that finish early (tiles another
@@ -28,6 +30,17 @@ use tokio::time::Instant;
 const HEADROOM: f64 = 2.0;
 /// Weight of the newest observation in the consumer's moving average.
 const ALPHA: f64 = 0.1;
+
+/// What a load says about its own latency: the part spent waiting for data (store round
+/// trips, another load's decode of a shared tile), which a deeper look-ahead hides, as
+/// opposed to CPU work, which it only queues. `None`: unknown, the whole load counts.
+pub trait Waited {
+    fn waited(&self) -> Option<Duration> {
+        None
+    }
+}
+
+impl Waited for u64 {}
 
 /// How deep to look ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +98,7 @@ impl<I, F, T> Lookahead<I, T>
 where
     I: Iterator<Item = F>,
     F: Future<Output = T> + Send + 'static,
-    T: Send + 'static,
+    T: Waited + Send + 'static,
 {
     pub fn new(loads: I, depth: Depth) -> Self {
         let target = match depth {
@@ -148,7 +161,7 @@ where
         };
         let out = match out? {
             Ok((out, took)) => {
-                self.observe(stalled, took.as_secs_f64());
+                self.observe(stalled, out.waited().unwrap_or(took).as_secs_f64());
                 Ok(out)
             }
             Err(e) => Err(e),
@@ -280,6 +293,30 @@ mod tests {
             "automatic {auto:?} vs fixed 256 {fixed:?} (deepest {deepest})"
         );
         assert!(deepest >= 100, "deepest {deepest}");
+    }
+
+    /// A load that says it waited for no data (all CPU).
+    struct Busy(u64);
+    impl Waited for Busy {
+        fn waited(&self) -> Option<Duration> {
+            Some(Duration::ZERO)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cpu_bound_loads_keep_the_floor() {
+        let loads = (0..500u64).map(|i| async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Busy(i)
+        });
+        let mut la = Lookahead::new(loads, Depth::Adaptive { min: 8, max: 512 });
+        let mut n = 0;
+        while let Some(b) = la.next().await {
+            assert_eq!(b.unwrap().0, n);
+            n += 1;
+        }
+        assert!(la.stalls() > 0);
+        assert_eq!(la.deepest(), 8, "no data waited for: no deeper than the floor");
     }
 
     #[tokio::test(start_paused = true)]

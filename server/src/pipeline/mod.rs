@@ -188,6 +188,15 @@ struct Sample {
     /// Map-space datasets: the requested layers' bytes and the sample's metadata.
     layers: Vec<Vec<u8>>,
     meta: Option<SampleMeta>,
+    /// How long the load waited for its tiles (the latency a deeper look-ahead hides);
+    /// None where fetching and computing interleave (map-space warps).
+    waited: Option<std::time::Duration>,
+}
+
+impl lookahead::Waited for (u64, Result<Sample, Error>) {
+    fn waited(&self) -> Option<std::time::Duration> {
+        self.1.as_ref().ok().and_then(|s| s.waited)
+    }
 }
 
 /// How far below `min_valid_fraction` an estimate from overviews must be for a draw to be
@@ -296,6 +305,7 @@ async fn load_map_sample(
             window,
             layers,
             meta: Some(meta),
+            waited: None,
         });
     }
     let split = job
@@ -357,6 +367,7 @@ async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sam
     let window = job.plan.window(i);
     let scene = &ds.scenes[window.scene as usize];
     let scene_object = scene.tiles()?;
+    let fetching = std::time::Instant::now();
     let image = patch::fetch_region(cache, scene_object, window, &job.bands, ds.fill)
         .await
         .map_err(|e| Error::tiff(scene_object.url.as_ref(), e))?;
@@ -368,6 +379,7 @@ async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sam
         ),
         _ => None,
     };
+    let waited = Some(fetching.elapsed());
     let transform = job.transform.clone();
     let key = job.plan.augment_key(i);
     let object = scene_object.url.clone();
@@ -404,6 +416,7 @@ async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sam
                 window,
                 layers: Vec::new(),
                 meta: None,
+                waited,
             };
         }
         let es = raster.dtype.size();
@@ -431,6 +444,7 @@ async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sam
             window,
             layers: Vec::new(),
             meta: None,
+            waited,
         }
     })
     .await
