@@ -1,26 +1,31 @@
-//! The ordered look-ahead of one stream, sized from the stalls it causes instead of a flag.
+//! The ordered look-ahead of one stream, sized by Little's law instead of a flag.
 //!
-//! To keep a consumer that spends `t` seconds of its own between two pulls busy when a load
-//! takes `L` seconds, `L / t` loads must be in flight (Little's law). [`Lookahead`] applies it
-//! only where it is evidence: when the consumer finds the oldest load not finished (a
-//! stall), the depth grows to `2 × L / t`, with `L` the time that load waited for data
-//! (its whole time when it cannot say; CPU work is not latency to hide: deeper look-ahead
-//! on a saturated CPU only queues work and pushes finished samples out of the caches) and `t` the
-//! consumer's moving-average time outside `next` (its work, or waiting for room in the
-//! stream's queue; never the stall itself). A stretch of `depth` pulls without a stall
-//! shrinks it by an eighth, down to the floor. Loads that finish early (tiles another
-//! stream already cached) cause no stall and so never pull the depth down, which is what
-//! defeated an estimate from the shortest or the average load time; a slow consumer never
-//! stalls, so it keeps the floor. Results come out in order, so depth never changes what
-//! a client receives. Memory stays within the stream's ceiling and the daemon's budget.
+//! To keep a stream delivering `R` samples per second when a load waits `L` seconds for its
+//! data, `L × R` loads must be in flight. [`Lookahead`] keeps `2 × L × R`, between a floor
+//! and a memory-bound ceiling, with
+//! - `R` the moving-average rate at which the consumer pulls (its work, its waits for room
+//!   in the stream's queue and its stalls alike), and
+//! - `L` the lower quartile of the recent loads' *waits for data* (store round trips,
+//!   another load's decode of a shared tile), counting only loads that waited at all.
+//!
+//! Both choices are measured failures of the alternatives. A load's whole time includes
+//! CPU work and, on a saturated CPU, queueing that grows with depth: sized on it, the depth
+//! ran away to the ceiling and a deep queue of finished samples cost CPU (caches, page
+//! faults) for no throughput. The shortest load time was fooled by loads whose tiles were
+//! cached (a few microseconds), which left cold loads without look-ahead. Loads that
+//! waited for nothing say nothing about latency, so they are left out; a lower quartile
+//! rather than the minimum resists loads that joined a tile fetch already under way.
+//! Results come out in order, so depth never changes what a client receives. Memory stays
+//! within the stream's ceiling and the daemon's budget.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::stream::FuturesOrdered;
-use futures::{FutureExt, StreamExt};
 
 use crate::memory::{MemoryBudget, Reservation};
 use tokio::task::{JoinError, JoinHandle};
@@ -30,6 +35,10 @@ use tokio::time::Instant;
 const HEADROOM: f64 = 2.0;
 /// Weight of the newest observation in the consumer's moving average.
 const ALPHA: f64 = 0.1;
+/// Waits remembered for the latency estimate.
+const LATENCY_WINDOW: usize = 64;
+/// A load that waited less than this for its data waited for nothing (a cache hit).
+const WAITED_AT_ALL: f64 = 1e-3;
 
 /// What a load says about its own latency: the part spent waiting for data (store round
 /// trips, another load's decode of a shared tile), which a deeper look-ahead hides, as
@@ -78,16 +87,12 @@ pub struct Lookahead<I, T> {
     pending: FuturesOrdered<Load<T>>,
     depth: Depth,
     target: usize,
-    /// The consumer's own time between two pulls (moving average, seconds).
-    own: Option<f64>,
+    /// Recent loads' waits for data (seconds), of loads that waited at all.
+    waits: VecDeque<f64>,
+    /// The consumer's time between two pulls (moving average, seconds).
+    interval: Option<f64>,
     /// When the last `next` returned.
     last_pull: Option<Instant>,
-    /// Pulls since the last stall (or the last shrink).
-    calm: usize,
-    /// Pulls that found the oldest load unfinished.
-    stalls: u64,
-    /// How long the load of the latest stall took (seconds).
-    stall_latency: f64,
     deepest: usize,
     /// The daemon's memory budget, one sample's size in bytes, and the loads the stream
     /// reserved up front: loads beyond those take their memory from the budget.
@@ -110,11 +115,9 @@ where
             pending: FuturesOrdered::new(),
             depth,
             target,
-            own: None,
+            waits: VecDeque::with_capacity(LATENCY_WINDOW),
+            interval: None,
             last_pull: None,
-            calm: 0,
-            stalls: 0,
-            stall_latency: 0.0,
             deepest: target,
             budget: None,
         }
@@ -139,29 +142,26 @@ where
         self.deepest
     }
 
-    /// Pulls so far that found the oldest load unfinished.
-    pub fn stalls(&self) -> u64 {
-        self.stalls
-    }
-
     /// The next output in order (Err: the load panicked); None when all have been yielded.
     pub async fn next(&mut self) -> Option<Result<T, JoinError>> {
         if let Some(last) = self.last_pull {
             let x = last.elapsed().as_secs_f64();
-            self.own = Some(match self.own {
+            self.interval = Some(match self.interval {
                 None => x,
                 Some(a) => a + ALPHA * (x - a),
             });
         }
+        self.retarget();
         self.fill();
-        // Polled once first: an unfinished head is a stall, the controller's only signal.
-        let (out, stalled) = match self.pending.next().now_or_never() {
-            Some(out) => (out, false),
-            None => (self.pending.next().await, true),
-        };
-        let out = match out? {
+        let out = match self.pending.next().await? {
             Ok((out, took)) => {
-                self.observe(stalled, out.waited().unwrap_or(took).as_secs_f64());
+                let waited = out.waited().unwrap_or(took).as_secs_f64();
+                if waited >= WAITED_AT_ALL {
+                    if self.waits.len() == LATENCY_WINDOW {
+                        self.waits.pop_front();
+                    }
+                    self.waits.push_back(waited);
+                }
                 Ok(out)
             }
             Err(e) => Err(e),
@@ -190,31 +190,20 @@ where
         }
     }
 
-    /// One pull's evidence: after a stall on a load that took `latency` seconds, the depth
-    /// grows to what Little's law says it needs (again on the following pulls, as the
-    /// consumer's interval becomes known); `target` calm pulls shrink it by an eighth.
-    fn observe(&mut self, stalled: bool, latency: f64) {
+    /// Depth = 2 × (lower quartile of recent waits) × (pull rate), within the bounds; kept
+    /// as it is while no load has waited for data or the rate is unknown.
+    fn retarget(&mut self) {
         let Depth::Adaptive { min, max } = self.depth else {
             return;
         };
-        let (min, max) = (min.max(1), max.max(min).max(1));
-        if stalled {
-            self.stalls += 1;
-            self.calm = 0;
-            self.stall_latency = latency;
-        } else {
-            self.calm += 1;
-        }
-        if self.stalls > 0 && self.calm < self.target {
-            if let Some(own) = self.own {
-                let want = (HEADROOM * self.stall_latency / own.max(1e-6)).ceil() as usize;
-                self.target = self.target.max(want.min(max));
-            }
-        } else if self.calm >= self.target {
-            self.calm = 0;
-            self.target -= (self.target / 8).max(1);
-        }
-        self.target = self.target.clamp(min, max);
+        let (Some(interval), false) = (self.interval, self.waits.is_empty()) else {
+            return;
+        };
+        let mut w: Vec<f64> = self.waits.iter().copied().collect();
+        w.sort_by(f64::total_cmp);
+        let latency = w[w.len() / 4];
+        let want = HEADROOM * latency / interval.max(1e-6);
+        self.target = (want.ceil() as usize).clamp(min.max(1), max.max(min).max(1));
         self.deepest = self.deepest.max(self.target);
     }
 }
@@ -315,7 +304,6 @@ mod tests {
             assert_eq!(b.unwrap().0, n);
             n += 1;
         }
-        assert!(la.stalls() > 0);
         assert_eq!(la.deepest(), 8, "no data waited for: no deeper than the floor");
     }
 
