@@ -120,7 +120,9 @@ impl Level {
     pub fn block_range(&self, index: usize) -> Option<std::ops::Range<u64>> {
         let off = *self.offsets.get(index)?;
         let len = *self.byte_counts.get(index)?;
-        (len > 0 && off > 0).then(|| off..off + len)
+        // Saturating: a hostile offset + length past u64::MAX reads as past the end of the
+        // file (a corrupt block), not as a wrapped range (debug builds panicked on it).
+        (len > 0 && off > 0).then(|| off..off.saturating_add(len))
     }
 }
 

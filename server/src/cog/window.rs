@@ -93,6 +93,24 @@ pub fn blocks_for(level: &Level, req: &WindowRequest, bands: &[usize]) -> Vec<us
 
 /// Copies the window's part of decoded block `index` into `out`.
 pub fn paste(level: &Level, index: usize, block: &[u8], req: &WindowRequest, bands: &[usize], out: &mut Raster) {
+    let planes = Planes {
+        width: out.width,
+        height: out.height,
+        data: &mut out.data,
+    };
+    paste_into(level, index, block, req, bands, planes);
+}
+
+/// A band-major output being filled in place: `height x width` samples per band over
+/// `data` (a raster's buffer, or a sample's slice of a batch's buffer).
+pub struct Planes<'a> {
+    pub width: usize,
+    pub height: usize,
+    pub data: &'a mut [u8],
+}
+
+/// [`paste`] into any band-major buffer.
+pub fn paste_into(level: &Level, index: usize, block: &[u8], req: &WindowRequest, bands: &[usize], out: Planes<'_>) {
     let es = level.dtype.size();
     let per_plane = level.blocks_per_plane() as usize;
     let plane = index / per_plane;

@@ -16,7 +16,7 @@ pub mod transform;
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 
 use crate::cache::TileSource;
@@ -182,7 +182,7 @@ impl StreamJob {
 
 /// One transformed sample.
 struct Sample {
-    image: Vec<u8>,
+    image: SampleImage,
     label: Option<Vec<u8>>,
     window: WindowSpec,
     /// Map-space datasets: the requested layers' bytes and the sample's metadata.
@@ -197,6 +197,23 @@ impl lookahead::Waited for (u64, Result<Sample, Error>) {
     fn waited(&self) -> Option<std::time::Duration> {
         self.1.as_ref().ok().and_then(|s| s.waited)
     }
+}
+
+/// A sample's image bytes.
+enum SampleImage {
+    /// Its own buffer, copied into the batch's.
+    Owned(Vec<u8>),
+    /// Its slice of the batch's buffer, assembled in place: joined to its neighbours
+    /// without a copy (`BytesMut::unsplit`).
+    InBatch(BytesMut),
+}
+
+/// The batch's image buffer, cut into one zeroed slice per sample in order, when samples
+/// can be assembled in place (grid datasets, native samples, no normalisation or
+/// augmentation); slices are handed to the loads as the look-ahead starts them.
+fn batch_slices(samples: usize, sample_bytes: usize) -> impl Iterator<Item = BytesMut> {
+    let mut slab = BytesMut::zeroed(samples * sample_bytes);
+    (0..samples).map(move |_| slab.split_to(sample_bytes))
 }
 
 /// How far below `min_valid_fraction` an estimate from overviews must be for a draw to be
@@ -300,7 +317,7 @@ async fn load_map_sample(
                 .inc_by(u64::from(rejected_valid));
         }
         return Ok(Sample {
-            image: Vec::new(),
+            image: SampleImage::Owned(Vec::new()),
             label: None,
             window,
             layers,
@@ -318,12 +335,12 @@ async fn load_map_sample(
     )))
 }
 
-async fn load_sample(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sample, Error> {
+async fn load_sample(job: &StreamJob, cache: &dyn TileSource, i: u64, slot: Option<BytesMut>) -> Result<Sample, Error> {
     let Some(mixture) = &job.mixture else {
-        return load_one(job, cache, i).await;
+        return load_one(job, cache, i, slot).await;
     };
     let (part, n) = mixture.locate(i);
-    let mut sample = load_one(part, cache, n).await?;
+    let mut sample = load_one(part, cache, n, slot).await?;
     if let Some(meta) = sample.meta.as_mut() {
         meta.dataset = Some(part.dataset.name.clone());
     }
@@ -358,8 +375,9 @@ fn count_classes(job: &StreamJob, map: &crate::stacset::MapSpace, layers: &[Vec<
     }
 }
 
-/// Sample `i` of a job that is not a mixture.
-async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sample, Error> {
+/// Sample `i` of a job that is not a mixture, assembled into `slot` (its slice of the
+/// batch's buffer) when it can be.
+async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64, slot: Option<BytesMut>) -> Result<Sample, Error> {
     let ds = &job.dataset;
     if let Some(map) = &ds.map {
         return load_map_sample(job, map, cache, i).await;
@@ -391,6 +409,20 @@ async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sam
                 .map(|m| Timer::start(&m.stage_seconds.with_label_values(&[name])))
         };
         let assemble = stage("assemble");
+        let plain = !transform.augment && transform.out == OutType::Native && transform.normalize.is_none();
+        if let (true, Some(mut slot)) = (plain, slot)
+            && image.assemble_into(&mut slot)
+        {
+            let label = label.map(|l| l.assemble().data);
+            return Sample {
+                image: SampleImage::InBatch(slot),
+                label,
+                window,
+                layers: Vec::new(),
+                meta: None,
+                waited,
+            };
+        }
         let raster = image.assemble();
         let (h, w) = (raster.height, raster.width);
         let o = if transform.augment {
@@ -411,7 +443,7 @@ async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sam
         if o == Orientation::NONE && transform.out == OutType::Native && transform.normalize.is_none() {
             // Nothing to change: the stitched patch is the sample.
             return Sample {
-                image: raster.data,
+                image: SampleImage::Owned(raster.data),
                 label,
                 window,
                 layers: Vec::new(),
@@ -439,7 +471,7 @@ async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64) -> Result<Sam
             );
         }
         Sample {
-            image: out,
+            image: SampleImage::Owned(out),
             label,
             window,
             layers: Vec::new(),
@@ -473,21 +505,35 @@ pub async fn run(
 ) {
     let batches = job.batch_count();
     let b = job.share.batch as usize;
-    let samples = (0..batches).flat_map(|k| job.share.samples(k));
+    let ds = &job.dataset;
+    let out = job.transform.out;
+    let (c, p) = (job.bands.len() as i64, job.plan.window(0).width as i64);
+    // Grid samples that need no transform are assembled straight into their batch's buffer.
+    let in_place =
+        ds.map.is_none() && out == OutType::Native && job.transform.normalize.is_none() && !job.transform.augment;
+    let sample_bytes = c as usize * (p * p) as usize * out.size(ds.dtype);
+    let share = &job.share;
+    let samples = (0..batches).flat_map(move |k| {
+        let n = share.samples(k).count();
+        let mut slices = in_place.then(|| batch_slices(n, sample_bytes));
+        share
+            .samples(k)
+            .map(move |i| (i, slices.as_mut().and_then(Iterator::next)))
+    });
     let shared = Arc::new((job.clone(), cache.clone()));
-    let loads = samples.map(move |i| {
+    let loads = samples.map(move |(i, slot)| {
         let shared = shared.clone();
-        async move { (i, load_sample(&shared.0, shared.1.as_ref(), i).await) }
+        async move { (i, load_sample(&shared.0, shared.1.as_ref(), i, slot).await) }
     });
     let mut loaded = lookahead::Lookahead::new(loads, job.prefetch);
     if let Some((budget, sample_bytes, reserved)) = &job.budget {
         loaded = loaded.with_budget(budget.clone(), *sample_bytes, *reserved);
     }
-    let ds = &job.dataset;
-    let out = job.transform.out;
-    let (c, p) = (job.bands.len() as i64, job.plan.window(0).width as i64);
     for k in 0..batches {
-        let mut image = Vec::with_capacity(b * c as usize * (p * p) as usize * out.size(ds.dtype));
+        let mut image = BytesMut::new();
+        if !in_place {
+            image.reserve(b * sample_bytes);
+        }
         let mut label = job.labels.then(Vec::new);
         let mut windows = Vec::with_capacity(b);
         let mut skipped = Vec::new();
@@ -552,7 +598,11 @@ pub async fn run(
                 },
                 None => return,
             };
-            image.extend_from_slice(&sample.image);
+            match sample.image {
+                // The next slice of this batch's buffer: joined without a copy.
+                SampleImage::InBatch(slice) => image.unsplit(slice),
+                SampleImage::Owned(bytes) => image.extend_from_slice(&bytes),
+            }
             if let (Some(all), Some(one)) = (label.as_mut(), sample.label) {
                 all.extend_from_slice(&one);
             }

@@ -67,6 +67,30 @@ pub async fn read(
 }
 
 impl RegionTiles {
+    /// Stitches the tiles straight into `out`, a zeroed buffer of exactly the window's
+    /// `bands x height x width` samples (a sample's slice of its batch's buffer, so the
+    /// batch needs no copy). False, and `out` untouched, when the image's edge clips the
+    /// window (padding is [`RegionTiles::assemble`]'s) or `out` has another size.
+    pub fn assemble_into(&self, out: &mut [u8]) -> bool {
+        let es = self.level.dtype.size();
+        let (w, h) = (self.window.width as usize, self.window.height as usize);
+        if self.request.width as usize != w
+            || self.request.height as usize != h
+            || out.len() != self.bands.len() * w * h * es
+        {
+            return false;
+        }
+        for (b, tile) in self.blocks.iter().zip(&self.tiles) {
+            let planes = window::Planes {
+                width: w,
+                height: h,
+                data: &mut *out,
+            };
+            window::paste_into(&self.level, *b, tile, &self.request, &self.bands, planes);
+        }
+        true
+    }
+
     /// Stitches the tiles into a `bands x height x width` raster of the full window.
     pub fn assemble(&self) -> Raster {
         let dt = self.level.dtype;
