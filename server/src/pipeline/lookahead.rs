@@ -99,6 +99,12 @@ pub struct Lookahead<I, T> {
     budget: Option<(MemoryBudget, u64, usize)>,
 }
 
+impl<I, T> Drop for Lookahead<I, T> {
+    fn drop(&mut self) {
+        tracing::debug!(deepest = self.deepest, last = self.target, "look-ahead ended");
+    }
+}
+
 impl<I, F, T> Lookahead<I, T>
 where
     I: Iterator<Item = F>,
