@@ -17,7 +17,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
-use cogfeed_render::cog::{CogWriter, Georef};
+use cogfeed_tiff::write::cog::{CogWriter, Georef};
 
 use crate::pb;
 

@@ -15,7 +15,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cogfeed_server::cog::{Cog, MemoryReader, OpenOptions, Raster, WindowRequest, decode, window};
+use cogfeed_tiff::{Cog, MemoryReader, OpenOptions, Raster, WindowRequest, decode, window};
 
 const REPEATS: usize = 7;
 

@@ -11,8 +11,8 @@ mod support;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use cogfeed_server::cog::{Cog, OpenOptions, WindowRequest};
 use cogfeed_server::storage::{StoreOptions, open_url};
+use cogfeed_tiff::{Cog, OpenOptions, WindowRequest};
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {

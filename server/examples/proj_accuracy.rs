@@ -1,4 +1,4 @@
-//! Transforms points with `cogfeed_server::grid::Transformer` (proj4rs), for comparing it with
+//! Transforms points with `cogfeed_geo::Transformer` (proj4rs), for comparing it with
 //! GDAL/PROJ: `tools/proj_accuracy.py` drives it.
 //!
 //!     proj_accuracy SRC DST [--bench-secs S] < points.txt > transformed.txt
@@ -15,7 +15,7 @@
 use std::io::{BufRead, BufWriter, Write};
 use std::time::{Duration, Instant};
 
-use cogfeed_server::grid::{Crs, Transformer};
+use cogfeed_geo::{Crs, Transformer};
 
 fn fail(msg: impl std::fmt::Display) -> ! {
     eprintln!("proj_accuracy: {msg}");

@@ -36,13 +36,13 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
+use cogfeed_geo::warp::Resampling;
+use cogfeed_geo::{Crs, Footprint};
 use cogfeed_server::assemble::{AssetSource, items, mosaic};
 use cogfeed_server::cache::TileCache;
-use cogfeed_server::cog::{DType, OpenOptions};
-use cogfeed_server::grid::{Crs, Footprint};
-use cogfeed_server::stac::{HrefRewrite, Item};
 use cogfeed_server::storage::StoreOptions;
-use cogfeed_server::warp::Resampling;
+use cogfeed_stac::{HrefRewrite, Item};
+use cogfeed_tiff::{DType, OpenOptions};
 use serde::Deserialize;
 use serde_json::json;
 

@@ -19,13 +19,13 @@ use crate::api::{FeedService, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, connections,
 use crate::cache::{HeaderCache, TileCache, TileSource};
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
-use crate::cog::OpenOptions;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::memory::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::status::live::LiveStreams;
 use crate::storage::{StoreOptions, Stores};
+use cogfeed_tiff::OpenOptions;
 
 /// Bound on the time from the shutdown signal to the end of serving (the README promises
 /// an exit within 10 s; the rest is left for the process to wind down).

@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::cog::{Cog, TiffError, TiffResult};
 use crate::metrics::{Metrics, Timer};
+use cogfeed_tiff::{Cog, TiffError, TiffResult};
 
 /// One object tiles are read from: its URL (part of the cache key, and the name in the
 /// log), its version (ETag, or size when the store has none) and its opened header.

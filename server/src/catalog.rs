@@ -14,10 +14,10 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
 use crate::cache::{HeaderCache, TileObject};
-use crate::cog::{Cog, DType, OpenOptions, RangeReader};
 use crate::config::{DatasetConfig, OnBadObject, OnCorrupt};
 use crate::error::{Error, Result};
 use crate::storage::Stores;
+use cogfeed_tiff::{Cog, DType, OpenOptions, RangeReader};
 
 /// One scene of a dataset.
 #[derive(Debug, Clone)]
@@ -113,7 +113,7 @@ fn check_complete(url: &str, cog: &Cog) -> Result<()> {
             {
                 return Err(Error::tiff(
                     url,
-                    crate::cog::TiffError::Malformed(format!(
+                    cogfeed_tiff::TiffError::Malformed(format!(
                         "truncated file: block {b} of level {li} ends at byte {}, the object has {}",
                         r.end, h.object_size
                     )),

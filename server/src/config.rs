@@ -716,7 +716,7 @@ impl DatasetConfig {
                 return bad(format!("layer {}: resolution {r} is not a positive number", l.name));
             }
             if let Some(k) = &l.resampling
-                && crate::warp::Resampling::parse(k).is_none()
+                && cogfeed_geo::warp::Resampling::parse(k).is_none()
             {
                 return bad(format!(
                     "layer {}: resampling {k:?} (nearest, bilinear, cubic, average, mode)",
@@ -724,12 +724,13 @@ impl DatasetConfig {
                 ));
             }
             if let Some(t) = &l.dtype
-                && crate::cog::DType::from_name(t).is_none_or(|d| d.size() > 8 || matches!(d, crate::cog::DType::C64))
+                && cogfeed_tiff::DType::from_name(t)
+                    .is_none_or(|d| d.size() > 8 || matches!(d, cogfeed_tiff::DType::C64))
             {
                 return bad(format!("layer {}: dtype {t:?} is not a sample type", l.name));
             }
             if let Some(f) = &l.filter {
-                crate::stac::ItemFilter::from_table(f).map_err(|e| {
+                cogfeed_stac::ItemFilter::from_table(f).map_err(|e| {
                     Error::InvalidArgument(format!("dataset {}: layer {}: filter: {e}", self.name, l.name))
                 })?;
             }
@@ -739,7 +740,7 @@ impl DatasetConfig {
         if let Some(c) = &self.crs
             && !c.eq_ignore_ascii_case("native")
         {
-            crate::grid::Crs::parse(c)
+            cogfeed_geo::Crs::parse(c)
                 .map_err(|e| Error::InvalidArgument(format!("dataset {}: crs: {e}", self.name)))?;
         }
         if let Some(a) = self.aoi
@@ -761,7 +762,7 @@ impl DatasetConfig {
             }
         }
         if let Some(f) = &self.filter {
-            crate::stac::ItemFilter::from_table(f)
+            cogfeed_stac::ItemFilter::from_table(f)
                 .map_err(|e| Error::InvalidArgument(format!("dataset {}: filter: {e}", self.name)))?;
         }
         if let Some(b) = &self.balance {

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cogfeed_render::tiff::{Entry, georeferencing, ifd_len, write_ifd};
+use cogfeed_tiff::write::{Entry, georeferencing, ifd_len, write_ifd};
 
 use crate::rng::Rng;
 

@@ -22,8 +22,8 @@ use serde_json::json;
 
 use crate::demo::{Georef, write_georeferenced};
 use crate::demo_stac::{class_at, reflectance};
-use crate::grid::{Crs, Transformer};
 use crate::rng;
+use cogfeed_geo::{Crs, Transformer};
 
 /// Pixels across a 10 m band of one tile.
 pub const SERIES_PX: u32 = 256;

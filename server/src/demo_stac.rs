@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use crate::demo::{Georef, write_georeferenced};
-use crate::grid::{Crs, Transformer};
+use cogfeed_geo::{Crs, Transformer};
 
 /// Pixels across a 10 m band of one tile.
 pub const TILE_PX: u32 = 512;

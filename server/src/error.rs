@@ -5,7 +5,8 @@
 //! store detail, per the threat model in the README. Text is lowercase without a final
 //! period. Nothing else in the crate builds a `tonic::Status`.
 
-use crate::cog::{ReadError, TiffError};
+use cogfeed_stac::StacError;
+use cogfeed_tiff::{ReadError, TiffError};
 
 /// Coarse class of an error, mapped one to one onto gRPC status codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,10 +87,10 @@ pub enum Error {
     },
     /// A STAC document, Item or asset cogfeed cannot use.
     #[error(transparent)]
-    Stac(#[from] crate::stac::StacError),
+    Stac(#[from] StacError),
     /// A CRS, transform or footprint that makes no grid.
     #[error(transparent)]
-    Grid(#[from] crate::grid::GridError),
+    Grid(#[from] cogfeed_geo::GridError),
     /// Local I/O failed (writing output files and the like).
     #[error("{context}: {source}")]
     Io {
@@ -152,7 +153,7 @@ impl Error {
                 format!("{detail} in {}", object_name(object))
             }
             Error::InvalidUrl { .. } => "invalid object url".into(),
-            Error::Stac(e) => e.client_message(),
+            Error::Stac(e) => stac_client_message(e),
             Error::Io { .. } => "internal error".into(),
             other => other.to_string(),
         }
@@ -203,6 +204,25 @@ impl From<&Error> for tonic::Status {
 pub fn object_name(url: &str) -> &str {
     let path = url.split(['?', '#']).next().unwrap_or(url);
     path.trim_end_matches('/').rsplit('/').next().unwrap_or(path)
+}
+
+/// A STAC error as a client may see it: documents named by their last path segment, not
+/// their URL.
+fn stac_client_message(e: &StacError) -> String {
+    match e {
+        StacError::NotStac { doc, reason } => StacError::NotStac {
+            doc: object_name(doc).to_string(),
+            reason: reason.clone(),
+        }
+        .to_string(),
+        StacError::BadItem { doc, item, reason } => StacError::BadItem {
+            doc: object_name(doc).to_string(),
+            item: item.clone(),
+            reason: reason.clone(),
+        }
+        .to_string(),
+        other => other.to_string(),
+    }
 }
 
 /// Shorthand for crate results.

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::cog::{Cog, Level};
+use cogfeed_tiff::{Cog, Level};
 
 fn block(level: &Level) -> Value {
     json!([level.block_width, level.block_height])
@@ -36,7 +36,7 @@ pub fn report(cog: &Cog) -> Value {
         "planar": l0.planar,
         "photometric": l0.photometric,
         "bigtiff": h.bigtiff,
-        "byte_order": match h.order { crate::cog::ifd::ByteOrder::Little => "little", crate::cog::ifd::ByteOrder::Big => "big" },
+        "byte_order": match h.order { cogfeed_tiff::ifd::ByteOrder::Little => "little", cogfeed_tiff::ifd::ByteOrder::Big => "big" },
         "overviews": overviews,
         "mask": !h.masks.is_empty(),
         "masks": masks,

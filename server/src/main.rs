@@ -8,11 +8,11 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 
 use cogfeed_server::app::App;
-use cogfeed_server::cog::{Cog, OpenOptions, RangeReader, WindowRequest};
 use cogfeed_server::config::Config;
 use cogfeed_server::npy::write_npy;
 use cogfeed_server::storage::{StoreOptions, open_url};
 use cogfeed_server::{Error, inspect};
+use cogfeed_tiff::{Cog, OpenOptions, RangeReader, WindowRequest};
 
 /// mimalloc keeps freed block buffers for reuse; glibc returns large ones to the kernel, and
 /// the page faults of re-mapping them cost ~30% of decode time (measured with perf).
@@ -489,14 +489,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stac { url, json } => {
             let items = cogfeed_server::assemble::items::load_items(
                 &url,
-                &cogfeed_server::stac::HrefRewrite::default(),
+                &cogfeed_stac::HrefRewrite::default(),
                 &StoreOptions::default(),
             )
             .await?;
             let text = if json {
-                serde_json::to_string_pretty(&cogfeed_server::stac::describe(&items))?
+                serde_json::to_string_pretty(&cogfeed_stac::describe(&items))?
             } else {
-                cogfeed_server::stac::describe_text(&items)
+                cogfeed_stac::describe_text(&items)
             };
             print_out(&text)?;
         }

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use crate::cog::DType;
+use cogfeed_tiff::DType;
 
 /// Writes `data` (C order, little-endian) as an array of `dtype` and `shape`.
 pub fn write_npy(mut w: impl Write, dtype: DType, shape: &[usize], data: &[u8]) -> std::io::Result<()> {

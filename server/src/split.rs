@@ -9,8 +9,8 @@
 //! or Items. A footprint that straddles cells of two splits belongs to none.
 
 use crate::config::SplitConfig;
-use crate::grid::{Affine, Crs, Transformer};
 use crate::rng;
+use cogfeed_geo::{Affine, Crs, Transformer};
 
 /// EPSG code of the equal-area grid.
 pub const EQUAL_AREA_EPSG: u32 = 6933;

@@ -380,8 +380,8 @@ async fn a_corrupt_tile_ends_the_stream_with_data_loss_naming_it() {
     let dst = dir.path().join("broken.tif");
     let mut bytes = std::fs::read(&src).unwrap();
     // Corrupt the full-resolution tile 5 (the header tells where it is).
-    let rt = cogfeed_server::cog::Cog::open(
-        std::sync::Arc::new(cogfeed_server::cog::MemoryReader::new("x", bytes.clone())),
+    let rt = cogfeed_tiff::Cog::open(
+        std::sync::Arc::new(cogfeed_tiff::MemoryReader::new("x", bytes.clone())),
         Default::default(),
     )
     .await

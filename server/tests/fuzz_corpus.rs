@@ -24,7 +24,7 @@ fn every_corpus_input_ends_cleanly() {
     for path in &inputs {
         // A running fuzzer may replace inputs under us.
         let Ok(data) = std::fs::read(path) else { continue };
-        match std::panic::catch_unwind(|| cogfeed_server::cog::fuzz::exercise(&data)) {
+        match std::panic::catch_unwind(|| cogfeed_tiff::fuzz::exercise(&data)) {
             Ok(n) => decoded += n,
             Err(_) => panicked.push(path.file_name().unwrap().to_string_lossy().into_owned()),
         }

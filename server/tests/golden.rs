@@ -8,9 +8,9 @@ mod common;
 
 use std::sync::Arc;
 
-use cogfeed_server::cog::ifd::ByteOrder;
-use cogfeed_server::cog::{Cog, MemoryReader, OpenOptions, RangeReader, WindowRequest};
 use cogfeed_server::storage::{StoreOptions, open_url};
+use cogfeed_tiff::ifd::ByteOrder;
+use cogfeed_tiff::{Cog, MemoryReader, OpenOptions, RangeReader, WindowRequest};
 use common::{crop, fixtures, read_npy};
 use serde_json::Value;
 
@@ -20,7 +20,7 @@ fn manifest() -> Vec<Value> {
 }
 
 fn descr(dtype: &str) -> &'static str {
-    cogfeed_server::cog::DType::from_name(dtype).unwrap().npy_descr()
+    cogfeed_tiff::DType::from_name(dtype).unwrap().npy_descr()
 }
 
 /// Largest absolute difference between two arrays of u8 samples (lossy codecs are u8 here).
@@ -159,7 +159,7 @@ async fn default_prefix_reads_a_cog_header_in_one_request() {
         };
         cog.read_window(&req).await.unwrap();
         let blocks = lvl.blocks_per_plane() as u64
-            * if lvl.planar == cogfeed_server::cog::Planar::Separate {
+            * if lvl.planar == cogfeed_tiff::Planar::Separate {
                 lvl.bands as u64
             } else {
                 1

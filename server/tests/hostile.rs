@@ -58,8 +58,8 @@ async fn broken_scene(dir: &Path) -> PathBuf {
     let src = demo_dir().join("scene_00.tif");
     let dst = dir.join("broken.tif");
     let mut bytes = std::fs::read(&src).unwrap();
-    let cog = cogfeed_server::cog::Cog::open(
-        std::sync::Arc::new(cogfeed_server::cog::MemoryReader::new("x", bytes.clone())),
+    let cog = cogfeed_tiff::Cog::open(
+        std::sync::Arc::new(cogfeed_tiff::MemoryReader::new("x", bytes.clone())),
         Default::default(),
     )
     .await
@@ -203,8 +203,8 @@ async fn labels_with_fewer_levels_than_their_scene_are_refused_at_start_up() {
     cogfeed_server::demo::write_scenes(root, 1, 512).unwrap();
     let mut config = Config::demo(root);
     config.datasets[0].scenes = vec![root.join("scene_00.tif").to_string_lossy().into_owned()];
-    let lcog = cogfeed_server::cog::Cog::open(
-        std::sync::Arc::new(cogfeed_server::cog::MemoryReader::new(
+    let lcog = cogfeed_tiff::Cog::open(
+        std::sync::Arc::new(cogfeed_tiff::MemoryReader::new(
             "l",
             std::fs::read(root.join("labels/scene_00.tif")).unwrap(),
         )),

@@ -9,9 +9,9 @@ mod common;
 use std::process::Command;
 use std::sync::Arc;
 
-use cogfeed_server::cog::{Cog, MemoryReader, OpenOptions, TiffError, WindowRequest};
 use cogfeed_server::storage::{StoreOptions, open_url};
 use cogfeed_server::{Error, ErrorCode};
+use cogfeed_tiff::{Cog, MemoryReader, OpenOptions, TiffError, WindowRequest};
 use common::fixtures;
 use proptest::prelude::*;
 

@@ -187,9 +187,9 @@ async fn an_area_of_interest_limits_where_samples_are_drawn() {
     let mut r = request(pb::Sampler::Grid, 32, 8);
     r.layers = vec!["image".into()];
     let batches = collect(&d.addr, r).await;
-    let wgs = cogfeed_server::grid::Crs::from_epsg(4326).unwrap();
-    let utm = cogfeed_server::grid::Crs::from_epsg(32632).unwrap();
-    let to_lonlat = cogfeed_server::grid::Transformer::new(&utm, &wgs);
+    let wgs = cogfeed_geo::Crs::from_epsg(4326).unwrap();
+    let utm = cogfeed_geo::Crs::from_epsg(32632).unwrap();
+    let to_lonlat = cogfeed_geo::Transformer::new(&utm, &wgs);
     for m in batches.iter().flat_map(|b| &b.samples) {
         assert_eq!(m.crs, "EPSG:32632");
         // Every footprint meets the aoi (the grid is snapped outwards to whole tiles).

@@ -10,8 +10,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use cogfeed_server::grid::{Affine, Crs, Transformer};
-use cogfeed_server::stac::{Asset, HrefRewrite, Item, parse_document};
+use cogfeed_geo::{Affine, Crs, Transformer};
+use cogfeed_stac::{Asset, HrefRewrite, Item, parse_document};
 use serde_json::Value;
 
 /// How far (degrees) an asset's grid may reach past the Item's `bbox`, and the `bbox` past the
@@ -378,9 +378,9 @@ fn href_rewrite_turns_https_into_s3() {
 fn stac_geoparquet_rows_are_items() {
     let path = dir().join("100-sentinel-2-items.parquet");
     let bytes = bytes::Bytes::from(std::fs::read(&path).unwrap());
-    assert!(cogfeed_server::stac::is_parquet(&bytes));
+    assert!(cogfeed_stac::is_parquet(&bytes));
     let doc = path.to_string_lossy().into_owned();
-    let items = cogfeed_server::stac::parse_geoparquet(&doc, bytes.clone(), &HrefRewrite::default()).unwrap();
+    let items = cogfeed_stac::parse_geoparquet(&doc, bytes.clone(), &HrefRewrite::default()).unwrap();
     assert_eq!(items.len(), 100);
     let last = items.last().unwrap();
     assert_eq!(last.id, "S2A_MSIL2A_20240326T174951_R141_T13TDE_20240329T224429");
@@ -396,12 +396,12 @@ fn stac_geoparquet_rows_are_items() {
     );
     // Properties are there for filters: 50 Items have eo:cloud_cover <= 20.
     let t: toml::Table = toml::from_str("\"eo:cloud_cover\" = \"<= 20\"").unwrap();
-    let f = cogfeed_server::stac::ItemFilter::from_table(&t).unwrap();
+    let f = cogfeed_stac::ItemFilter::from_table(&t).unwrap();
     assert_eq!(items.iter().filter(|i| f.accepts(i)).count(), 50);
     // bbox from the covering struct; every asset grid lies around it.
     assert!(items.iter().all(|i| i.bbox.is_some()));
     // A file that is not Parquet, or is cut short, is a clear error.
     let cut = bytes.slice(0..bytes.len() / 2);
-    let e = cogfeed_server::stac::parse_geoparquet(&doc, cut, &HrefRewrite::default()).unwrap_err();
+    let e = cogfeed_stac::parse_geoparquet(&doc, cut, &HrefRewrite::default()).unwrap_err();
     assert!(e.to_string().contains("Parquet"), "{e}");
 }

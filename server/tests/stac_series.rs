@@ -201,7 +201,7 @@ async fn train_and_val_footprints_never_overlap() {
             }
         }
     }
-    let wgs = cogfeed_server::grid::Crs::from_epsg(4326).unwrap();
+    let wgs = cogfeed_geo::Crs::from_epsg(4326).unwrap();
     // Both zones are drawn from, and no train footprint meets a val one (dense points of
     // each carried into the other's CRS).
     assert!(footprints.iter().any(|f| f.1 == "EPSG:32632") && footprints.iter().any(|f| f.1 == "EPSG:32633"));
@@ -209,10 +209,10 @@ async fn train_and_val_footprints_never_overlap() {
     for (sa, ca, ba) in footprints.iter().filter(|f| f.0 == "train") {
         for (_, cb, bb) in footprints.iter().filter(|f| f.0 == "val") {
             let (a, b) = (
-                cogfeed_server::grid::Crs::parse(ca).unwrap(),
-                cogfeed_server::grid::Crs::parse(cb).unwrap(),
+                cogfeed_geo::Crs::parse(ca).unwrap(),
+                cogfeed_geo::Crs::parse(cb).unwrap(),
             );
-            let t = cogfeed_server::grid::Transformer::new(&a, &b);
+            let t = cogfeed_geo::Transformer::new(&a, &b);
             for i in 1..20 {
                 for j in 1..20 {
                     let x = ba[0] + (ba[2] - ba[0]) * i as f64 / 20.0;
@@ -304,7 +304,7 @@ async fn points_are_each_sampled_once_centred_with_their_attributes() {
     let mut r = request(pb::Sampler::Points, 32, 8, 0);
     r.layers = vec!["label".into()];
     let batches = collect(&d.addr, r.clone()).await;
-    let wgs = cogfeed_server::grid::Crs::from_epsg(4326).unwrap();
+    let wgs = cogfeed_geo::Crs::from_epsg(4326).unwrap();
     let mut seen = Vec::new();
     let mut centred = 0;
     for b in &batches {
@@ -325,8 +325,8 @@ async fn points_are_each_sampled_once_centred_with_their_attributes() {
             assert_eq!(f64::from_le_bytes(t.data[i * 8..i * 8 + 8].try_into().unwrap()), crop);
             // The window is centred on the point: it lies in the footprint's centre pixel.
             let c = p["geometry"]["coordinates"].as_array().unwrap();
-            let crs = cogfeed_server::grid::Crs::parse(&m.crs).unwrap();
-            let (x, y) = cogfeed_server::grid::Transformer::new(&wgs, &crs)
+            let crs = cogfeed_geo::Crs::parse(&m.crs).unwrap();
+            let (x, y) = cogfeed_geo::Transformer::new(&wgs, &crs)
                 .point(c[0].as_f64().unwrap(), c[1].as_f64().unwrap())
                 .unwrap();
             let (cx, cy) = ((m.bounds[0] + m.bounds[2]) / 2.0, (m.bounds[1] + m.bounds[3]) / 2.0);
@@ -355,8 +355,8 @@ async fn points_are_each_sampled_once_centred_with_their_attributes() {
         .filter(|p| {
             let c = p["geometry"]["coordinates"].as_array().unwrap();
             tiles.iter().any(|&(epsg, x0, y0)| {
-                let crs = cogfeed_server::grid::Crs::from_epsg(epsg).unwrap();
-                let (x, y) = cogfeed_server::grid::Transformer::new(&wgs, &crs)
+                let crs = cogfeed_geo::Crs::from_epsg(epsg).unwrap();
+                let (x, y) = cogfeed_geo::Transformer::new(&wgs, &crs)
                     .point(c[0].as_f64().unwrap(), c[1].as_f64().unwrap())
                     .unwrap();
                 x >= x0 && x < x0 + 2560.0 && y <= y0 && y > y0 - 2560.0

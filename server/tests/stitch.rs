@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use cogfeed_client::pb;
 use cogfeed_client::stitch::{Blend, StitchOptions, Stitcher, grid_steps};
-use cogfeed_server::cog::source::MemoryReader;
-use cogfeed_server::cog::window::WindowRequest;
-use cogfeed_server::cog::{Cog, OpenOptions};
 use cogfeed_server::config::Config;
+use cogfeed_tiff::source::MemoryReader;
+use cogfeed_tiff::window::WindowRequest;
+use cogfeed_tiff::{Cog, OpenOptions};
 
 use common::inproc::{collect, demo_dir, start};
 

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cogfeed_client::{Client, pb};
-use cogfeed_server::cog::{Cog, OpenOptions, RangeReader, WindowRequest};
 use cogfeed_server::storage::{Location, ObjectReader, Scheme};
+use cogfeed_tiff::{Cog, OpenOptions, RangeReader, WindowRequest};
 use common::servers::{Proc, S3_KEY, S3_SECRET, free_port, need, s3_store, start_s3, tools, upload, wait_port};
 use common::{crop, fixtures, read_npy};
 use futures::StreamExt;
@@ -186,10 +186,7 @@ async fn every_backend_reads_the_fixtures_like_gdal() {
         let reader: Arc<dyn RangeReader> = Arc::new(ObjectReader::new(store.clone(), location));
         let err = Cog::open(reader, OpenOptions::default()).await.unwrap_err();
         assert!(
-            matches!(
-                err,
-                cogfeed_server::cog::TiffError::Read(cogfeed_server::cog::ReadError::NotFound)
-            ),
+            matches!(err, cogfeed_tiff::TiffError::Read(cogfeed_tiff::ReadError::NotFound)),
             "{name}: {err}"
         );
     }
@@ -431,8 +428,8 @@ async fn store_faults_are_retried_or_end_only_the_affected_stream() {
     }
     // broken.tif: scene_03 with its full-resolution tile 5 overwritten.
     let mut bytes = std::fs::read(&scenes[3]).unwrap();
-    let cog = cogfeed_server::cog::Cog::open(
-        Arc::new(cogfeed_server::cog::MemoryReader::new("x", bytes.clone())),
+    let cog = cogfeed_tiff::Cog::open(
+        Arc::new(cogfeed_tiff::MemoryReader::new("x", bytes.clone())),
         Default::default(),
     )
     .await

@@ -82,7 +82,7 @@ fn samples(descr: &str, data: &[u8]) -> Vec<f64> {
 
 /// numpy's type string of a STAC / cogfeed dtype name.
 fn npy_descr(dtype: &str) -> &'static str {
-    cogfeed_server::cog::DType::from_name(dtype).unwrap().npy_descr()
+    cogfeed_tiff::DType::from_name(dtype).unwrap().npy_descr()
 }
 
 /// `check_warp.py`'s verdict for one case: Ok(detail) or Err(detail).

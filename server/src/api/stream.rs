@@ -23,10 +23,10 @@ use tonic::Status;
 use cogfeed_proto::v1 as pb;
 
 use crate::catalog::Catalog;
-use crate::cog::{ReadError, TiffError};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::pipeline::{BatchOut, QueueObserver, Skipped};
+use cogfeed_tiff::{ReadError, TiffError};
 
 use super::connections::ConnState;
 use super::convert;

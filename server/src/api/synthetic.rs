@@ -71,6 +71,11 @@ impl SyntheticFeed {
     }
 }
 
+/// What every call but `StreamBatches` answers.
+fn only_stream_batches() -> Status {
+    Status::unimplemented("synthetic feed: StreamBatches only")
+}
+
 type BatchStream = Pin<Box<dyn Stream<Item = Result<pb::Batch, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -79,14 +84,14 @@ impl Feed for SyntheticFeed {
         &self,
         _: Request<pb::ListDatasetsRequest>,
     ) -> Result<Response<pb::ListDatasetsResponse>, Status> {
-        Err(Status::unimplemented("synthetic feed: StreamBatches only"))
+        Err(only_stream_batches())
     }
 
     async fn describe_dataset(
         &self,
         _: Request<pb::DescribeDatasetRequest>,
     ) -> Result<Response<pb::DatasetInfo>, Status> {
-        Err(Status::unimplemented("synthetic feed: StreamBatches only"))
+        Err(only_stream_batches())
     }
 
     type StreamBatchesStream = BatchStream;
@@ -105,13 +110,13 @@ impl Feed for SyntheticFeed {
     }
 
     async fn read_window(&self, _: Request<pb::ReadWindowRequest>) -> Result<Response<pb::ReadWindowResponse>, Status> {
-        Err(Status::unimplemented("synthetic feed: StreamBatches only"))
+        Err(only_stream_batches())
     }
 
     async fn count_batches(
         &self,
         _: Request<pb::StreamBatchesRequest>,
     ) -> Result<Response<pb::CountBatchesResponse>, Status> {
-        Err(Status::unimplemented("synthetic feed: StreamBatches only"))
+        Err(only_stream_batches())
     }
 }

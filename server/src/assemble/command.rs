@@ -2,12 +2,12 @@
 //! and the interface the warp conformance corpus drives.
 
 use crate::cache::TileCache;
-use crate::cog::{DType, OpenOptions};
 use crate::error::{Error, Result};
-use crate::grid::{Crs, Footprint};
-use crate::stac::{HrefRewrite, Item};
 use crate::storage::StoreOptions;
-use crate::warp::Resampling;
+use cogfeed_geo::warp::Resampling;
+use cogfeed_geo::{Crs, Footprint};
+use cogfeed_stac::{HrefRewrite, Item};
+use cogfeed_tiff::{DType, OpenOptions};
 
 use super::{AssetSource, SourceRead, items};
 

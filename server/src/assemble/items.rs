@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use crate::cache::TileObject;
-use crate::cog::{Cog, OpenOptions, RangeReader};
 use crate::error::{Error, Result};
-use crate::stac::{HrefRewrite, Item};
 use crate::storage::{StoreOptions, open_url};
+use cogfeed_stac::{HrefRewrite, Item};
+use cogfeed_tiff::{Cog, OpenOptions, RangeReader};
 
 /// Reads the Items of the document at `url` (a local path or any store URL; JSON, or
 /// stac-geoparquet), as the daemon does.

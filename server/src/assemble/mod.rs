@@ -3,7 +3,7 @@
 //!
 //! Plans in map space and reads in file space (DESIGN §8): per Item, the overview level
 //! GDAL's warper would pick and the source window (plus the kernel's margin) come from
-//! [`crate::warp::plan`]; that window's tiles come through the [`TileSource`] (the shared
+//! [`cogfeed_geo::warp::plan`]; that window's tiles come through the [`TileSource`] (the shared
 //! cache: the key stays the source tile); the warp runs on the CPU pool.
 
 pub mod command;
@@ -11,14 +11,14 @@ pub mod items;
 pub mod source;
 
 use crate::cache::TileSource;
-use crate::cog::on_cpu_pool;
 use crate::error::{Error, Result};
-use crate::grid::{Footprint, Transformer};
 use crate::pipeline::patch;
 use crate::sampler::WindowSpec;
-use crate::warp::kernel::Source;
-use crate::warp::plan::{self, PixelMapper};
-use crate::warp::{Mosaic, Resampling, Warped, is_nodata, samples_to_f64, warp_source};
+use cogfeed_geo::warp::kernel::Source;
+use cogfeed_geo::warp::plan::{self, PixelMapper};
+use cogfeed_geo::warp::{Mosaic, Resampling, Warped, is_nodata, samples_to_f64, warp_source};
+use cogfeed_geo::{Footprint, Transformer};
+use cogfeed_tiff::on_cpu_pool;
 
 pub use source::AssetSource;
 

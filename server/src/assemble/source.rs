@@ -3,11 +3,11 @@
 //! file's own header.
 
 use crate::cache::TileObject;
-use crate::cog::DType;
 use crate::error::{Error, Result};
-use crate::grid::{Affine, Crs};
-use crate::stac::{Asset, StacError};
-use crate::warp::plan::LevelGrid;
+use cogfeed_geo::warp::plan::LevelGrid;
+use cogfeed_geo::{Affine, Crs};
+use cogfeed_stac::{Asset, StacError};
+use cogfeed_tiff::DType;
 
 /// Relative tolerance between STAC's `proj:transform` and the file's geotransform.
 const TRANSFORM_TOLERANCE: f64 = 1e-6;

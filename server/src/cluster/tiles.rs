@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cache::{Tile, TileCache, TileKey, TileObject, TileSource};
-use crate::cog::{TiffError, TiffResult};
+use cogfeed_tiff::{TiffError, TiffResult};
 
 use super::{Cluster, Owner};
 

@@ -21,14 +21,14 @@ use tokio::sync::mpsc;
 
 use crate::cache::TileSource;
 use crate::catalog::Dataset;
-use crate::cog::{TiffError, on_cpu_pool};
 use crate::config::OnCorrupt;
 use crate::error::{Error, ErrorCode};
 use crate::memory::MemoryBudget;
 use crate::metrics::{Metrics, Timer};
 use crate::sampler::{Plan, Share, WindowSpec};
 use crate::stacset::SampleMeta;
-use transform::{Orientation, OutType, Transform, cast_plane, orient};
+use cogfeed_tiff::{TiffError, on_cpu_pool};
+use transform::{Orientation, Transform, cast_plane, orient};
 
 /// A dense little-endian array.
 #[derive(Debug, Clone)]
@@ -360,7 +360,7 @@ fn count_classes(job: &StreamJob, map: &crate::stacset::MapSpace, layers: &[Vec<
     let (_, _, h, w) = map.layer_shapes(patch)[balance.layer];
     let plane = (h * w * spec.dtype.size()).min(bytes.len());
     let mut counts = vec![0u64; balance.shares.len()];
-    for v in crate::warp::samples_to_f64(spec.dtype, &bytes[..plane]) {
+    for v in cogfeed_geo::warp::samples_to_f64(spec.dtype, &bytes[..plane]) {
         if let Ok(k) = balance.shares.binary_search_by(|s| (s.class as f64).total_cmp(&v)) {
             counts[k] += 1;
         }
@@ -409,8 +409,7 @@ async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64, slot: Option<
                 .map(|m| Timer::start(&m.stage_seconds.with_label_values(&[name])))
         };
         let assemble = stage("assemble");
-        let plain = !transform.augment && transform.out == OutType::Native && transform.normalize.is_none();
-        if let (true, Some(mut slot)) = (plain, slot)
+        if let (true, Some(mut slot)) = (transform.is_identity(), slot)
             && image.assemble_into(&mut slot)
         {
             let label = label.map(|l| l.assemble().data);
@@ -440,7 +439,7 @@ async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64, slot: Option<
         });
         drop(assemble);
         let _transform = stage("transform");
-        if o == Orientation::NONE && transform.out == OutType::Native && transform.normalize.is_none() {
+        if o == Orientation::NONE && transform.keeps_values() {
             // Nothing to change: the stitched patch is the sample.
             return Sample {
                 image: SampleImage::Owned(raster.data),
@@ -509,8 +508,7 @@ pub async fn run(
     let out = job.transform.out;
     let (c, p) = (job.bands.len() as i64, job.plan.window(0).width as i64);
     // Grid samples that need no transform are assembled straight into their batch's buffer.
-    let in_place =
-        ds.map.is_none() && out == OutType::Native && job.transform.normalize.is_none() && !job.transform.augment;
+    let in_place = ds.map.is_none() && job.transform.is_identity();
     let sample_bytes = c as usize * (p * p) as usize * out.size(ds.dtype);
     let share = &job.share;
     let samples = (0..batches).flat_map(move |k| {

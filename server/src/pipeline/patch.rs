@@ -3,8 +3,8 @@
 //! loader of the daemon: streams and `ReadWindow` both read through it.
 
 use crate::cache::{Tile, TileObject, TileSource};
-use crate::cog::{Level, Raster, TiffResult, WindowRequest, dtype, on_cpu_pool, window};
 use crate::sampler::WindowSpec;
+use cogfeed_tiff::{Level, Raster, TiffResult, WindowRequest, dtype, on_cpu_pool, window};
 
 /// Tiles of one object needed for one window, fetched (or found) in the cache.
 pub struct RegionTiles {

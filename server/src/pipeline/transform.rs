@@ -3,7 +3,7 @@
 
 use half::{bf16, f16};
 
-use crate::cog::DType;
+use cogfeed_tiff::DType;
 
 /// Output sample type of a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,19 @@ pub struct Transform {
     /// Per output band (mean, std).
     pub normalize: Option<Vec<(f64, f64)>>,
     pub augment: bool,
+}
+
+impl Transform {
+    /// True when no sample changes value, type or orientation: what the stitched patch
+    /// holds is the sample (it may then be assembled straight into the batch's buffer).
+    pub fn keeps_values(&self) -> bool {
+        self.out == OutType::Native && self.normalize.is_none()
+    }
+
+    /// [`Transform::keeps_values`], and no augmentation either.
+    pub fn is_identity(&self) -> bool {
+        self.keeps_values() && !self.augment
+    }
 }
 
 /// One of the eight symmetries of a square (four flips for non-square patches).

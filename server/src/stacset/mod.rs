@@ -17,18 +17,18 @@ use sha2::{Digest, Sha256};
 use crate::assemble::{self, AssetSource};
 use crate::cache::{HeaderCache, TileSource};
 use crate::catalog::open;
-use crate::cog::{DType, OpenOptions, RangeReader};
 use crate::config::DatasetConfig;
 use crate::error::{Error, Result};
-use crate::grid::{Affine, Crs, Footprint, Transformer};
 use crate::sampler::{SceneGrid, WindowSpec};
-use crate::stac::{HrefRewrite, Item, ItemFilter, StacError, parse_document};
 use crate::storage::Stores;
-use crate::warp::Resampling;
+use cogfeed_geo::warp::Resampling;
+use cogfeed_geo::{Affine, Crs, Footprint, Transformer};
+use cogfeed_stac::points;
+use cogfeed_stac::{HrefRewrite, Item, ItemFilter, StacError, parse_document};
+use cogfeed_tiff::{DType, OpenOptions, RangeReader};
 
 pub mod balance;
 pub mod plan_index;
-pub mod points;
 pub mod time;
 pub mod valid;
 
@@ -126,7 +126,7 @@ pub struct MapSpace {
     /// EPSG:4326 bbox per Item.
     bboxes: Vec<[f64; 4]>,
     /// The bboxes by 1° cell.
-    index: crate::stac::BboxIndex,
+    index: cogfeed_stac::BboxIndex,
     /// Opened and checked assets by (Item, asset key).
     sources: moka::future::Cache<(u32, Arc<str>), AssetSource>,
     /// Scene index (plan) → Item index.
@@ -174,8 +174,8 @@ pub async fn read_items(stores: &Stores, url: &str, rewrite: &HrefRewrite) -> Re
                 format!("{} bytes (at most {MAX_PARQUET_BYTES})", prefix.object_size),
             ));
         }
-        if crate::stac::is_parquet(&prefix.bytes) {
-            return Ok(crate::stac::parse_geoparquet(&url, prefix.bytes, rewrite)?);
+        if cogfeed_stac::is_parquet(&prefix.bytes) {
+            return Ok(cogfeed_stac::parse_geoparquet(&url, prefix.bytes, rewrite)?);
         }
         if prefix.object_size > MAX_DOCUMENT_BYTES {
             return Err(doc_error(
@@ -620,7 +620,7 @@ impl MapSpace {
             Some(url) => {
                 let set = read_points(&stores, url).await?;
                 let crs = Crs::parse(c.points_crs.as_deref().unwrap_or("EPSG:4326"))?;
-                let index = crate::stac::BboxIndex::new(&bboxes, 1.0);
+                let index = cogfeed_stac::BboxIndex::new(&bboxes, 1.0);
                 let centres = place_points(&set, &crs, &items, &bboxes, &index, &drawn, &grids);
                 if centres.len() < set.coords.len() {
                     tracing::warn!(
@@ -645,7 +645,7 @@ impl MapSpace {
             .map_err(bad)?;
         let mut map = Self {
             layers,
-            index: crate::stac::BboxIndex::new(&bboxes, 1.0),
+            index: cogfeed_stac::BboxIndex::new(&bboxes, 1.0),
             sources: moka::future::Cache::new(SOURCE_CACHE_ENTRIES),
             items,
             bboxes,
@@ -729,7 +729,7 @@ impl MapSpace {
             let fp = Footprint::new(g.crs.clone(), bounds, res0 * cell as f64 / s as f64)?;
             let (bytes, _, _) = self.layer_bytes(&tiles, scene, &layer, &fp).await?;
             let plane = (fp.width() * fp.height()) as usize * layer.dtype.size();
-            values.push(crate::warp::samples_to_f64(
+            values.push(cogfeed_geo::warp::samples_to_f64(
                 layer.dtype,
                 &bytes[..plane.min(bytes.len())],
             ));
@@ -960,7 +960,7 @@ impl MapSpace {
                     bytes.extend_from_slice(&b);
                     used.extend(u);
                 }
-                None => bytes.extend_from_slice(&crate::warp::Mosaic::new(layer.bands, w, h).to_bytes(
+                None => bytes.extend_from_slice(&cogfeed_geo::warp::Mosaic::new(layer.bands, w, h).to_bytes(
                     layer.dtype,
                     layer.nodata,
                     false,
@@ -1221,7 +1221,7 @@ fn place_points(
     crs: &Crs,
     items: &[Item],
     bboxes: &[[f64; 4]],
-    index: &crate::stac::BboxIndex,
+    index: &cogfeed_stac::BboxIndex,
     drawn: &[usize],
     grids: &[RefGrid],
 ) -> Vec<(usize, Vec<crate::sampler::PointCentre>)> {

@@ -12,11 +12,11 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::cog::RangeReader;
 use crate::config::DatasetConfig;
-use crate::grid::Affine;
-use crate::stac::Item;
 use crate::storage::Stores;
+use cogfeed_geo::Affine;
+use cogfeed_stac::Item;
+use cogfeed_tiff::RangeReader;
 
 /// Bumped when the format changes: older files are then ignored.
 const FORMAT: &str = "cogfeed-plan-1";

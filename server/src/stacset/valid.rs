@@ -7,8 +7,8 @@
 //! A direct computation over the delivered tensors gives the same number: that is how the
 //! tests check it.
 
-use crate::cog::DType;
-use crate::warp::{is_nodata, samples_to_f64};
+use cogfeed_geo::warp::{is_nodata, samples_to_f64};
+use cogfeed_tiff::DType;
 
 /// `[datasets.sampling]`, resolved against the layers.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use crate::catalog::Dataset;
-use crate::grid::{Crs, Transformer};
+use cogfeed_geo::{Crs, Transformer};
 
 use super::page::escape;
 

@@ -19,8 +19,8 @@ use futures::future::BoxFuture;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 
-use crate::cog::{Prefix, RangeReader, ReadError};
 use crate::error::Result;
+use cogfeed_tiff::{Prefix, RangeReader, ReadError};
 pub use registry::Stores;
 pub use url::{Location, Scheme};
 

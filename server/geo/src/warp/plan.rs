@@ -3,7 +3,7 @@
 //! `GDALWarpOperation::ComputeSourceWindow` and `GDALWarpKernel::PerformWarp` do (GDAL 3.6).
 
 use super::Resampling;
-use crate::grid::{Affine, Footprint, Transformer};
+use crate::{Affine, Footprint, Transformer};
 
 /// Largest deviation (source pixels) of an interpolated point from its exact transform.
 /// GDAL's default is 0.125; at 1e-5 a nearest pick flips for about one pixel in 50 000, so
@@ -260,7 +260,7 @@ pub fn source_window(mapper: &PixelMapper<'_>, resampling: Resampling) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grid::Crs;
+    use crate::Crs;
 
     #[test]
     fn level_choice_takes_the_largest_factor_not_above_the_ratio() {

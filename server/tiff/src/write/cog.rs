@@ -14,7 +14,7 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use crate::tiff::{Entry, georeferencing, ifd_len, write_ifd};
+use super::{Entry, georeferencing, ifd_len, write_ifd};
 
 /// Where the raster is on the Earth.
 #[derive(Debug, Clone, Copy, PartialEq)]

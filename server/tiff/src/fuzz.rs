@@ -1,6 +1,6 @@
 //! One hostile file through everything the reader does with untrusted bytes: header
 //! parsing, block decoding and pasting. Shared by the `cargo fuzz` target
-//! (`server/fuzz`) and the corpus replay test, so both exercise exactly the same code.
+//! (`server/tiff/fuzz`) and the corpus replay test, so both exercise exactly the same code.
 
 use bytes::Bytes;
 

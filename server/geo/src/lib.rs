@@ -1,4 +1,5 @@
-//! Map-space geometry: coordinate reference systems, affine pixel grids and footprints.
+//! Map-space geometry: coordinate reference systems, affine pixel grids, footprints, and
+//! the warp (resampling kernels, source-window plans, mosaics) from source grids onto them.
 //!
 //! The one seam for geometry (DESIGN §8): CRS parsing and point transformation
 //! ([`crs`]), affine transforms between pixel and map coordinates ([`affine`]), and the
@@ -7,6 +8,7 @@
 pub mod affine;
 pub mod crs;
 pub mod footprint;
+pub mod warp;
 
 pub use affine::Affine;
 pub use crs::{Crs, Transformer};

@@ -1,8 +1,8 @@
 //! Fuzz target: hostile bytes as a whole TIFF file through header parsing, block decoding
-//! and pasting (`cogfeed_server::cog::fuzz::exercise`). Run: `cargo fuzz run cog` from
+//! and pasting (`cogfeed_tiff::fuzz::exercise`). Run: `cargo fuzz run cog` from
 //! `server/` (see the README, "Security").
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    cogfeed_server::cog::fuzz::exercise(data);
+    cogfeed_tiff::fuzz::exercise(data);
 });

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::StacError;
-use crate::grid::Affine;
+use cogfeed_geo::Affine;
 
 /// One band of an asset (`raster:bands[i]`).
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]

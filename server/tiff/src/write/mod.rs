@@ -1,6 +1,8 @@
-//! Classic little-endian TIFF directories, for the writers (`cog.rs` here, the daemon's
-//! demo data): IFD entries with their values as little-endian bytes, an IFD's size, and an
+//! Writing TIFF: classic little-endian TIFF directories, for the writers ([`cog`] here,
+//! the daemon's demo data): IFD entries with their values as little-endian bytes, an IFD's size, and an
 //! IFD laid out at a known offset with its out-of-line values right after its table.
+
+pub mod cog;
 
 /// One IFD entry: tag, type, count, value bytes (little-endian).
 pub struct Entry {

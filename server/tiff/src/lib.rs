@@ -21,6 +21,7 @@ pub mod predictor;
 pub mod samples;
 pub mod source;
 pub mod window;
+pub mod write;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -277,7 +278,7 @@ fn header_fetch_range(src: &SparseBytes, need: Range<u64>, prefix_bytes: u64) ->
 /// Runs CPU-bound work on rayon's pool without blocking the async reactor. A panic in the
 /// work (a bug) comes back as an internal error instead of taking the process down.
 pub async fn on_cpu_pool<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> TiffResult<T> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (tx, rx) = futures::channel::oneshot::channel();
     rayon::spawn(move || {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
         let _ = tx.send(result);

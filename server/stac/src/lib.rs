@@ -13,6 +13,7 @@ pub mod filter;
 pub mod geoparquet;
 pub mod index;
 pub mod item;
+pub mod points;
 
 pub use describe::{describe, describe_text};
 pub use document::{HrefRewrite, parse_document, resolve_href};
@@ -37,24 +38,4 @@ pub enum StacError {
         asset: String,
         reason: String,
     },
-}
-
-impl StacError {
-    /// The message with documents named by their last path segment, not their URL.
-    pub fn client_message(&self) -> String {
-        match self {
-            StacError::NotStac { doc, reason } => StacError::NotStac {
-                doc: crate::error::object_name(doc).to_string(),
-                reason: reason.clone(),
-            }
-            .to_string(),
-            StacError::BadItem { doc, item, reason } => StacError::BadItem {
-                doc: crate::error::object_name(doc).to_string(),
-                item: item.clone(),
-                reason: reason.clone(),
-            }
-            .to_string(),
-            other => other.to_string(),
-        }
-    }
 }

@@ -8,7 +8,7 @@
 pub mod kernel;
 pub mod plan;
 
-use crate::cog::DType;
+use cogfeed_tiff::DType;
 use kernel::{Filter, Source};
 use plan::{PixelMapper, SourceWindow};
 

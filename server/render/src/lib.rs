@@ -1,5 +1,5 @@
-//! What cogfeed writes for people and GIS tools. This module: pictures of batches, shared
-//! by the daemon's status page and `cogfeed-client preview`:
+//! Pictures of batches as PNG, shared by the daemon's status page and
+//! `cogfeed-client preview` (rasters for GIS tools are written by `cogfeed_tiff::write`):
 //! a grid of samples, each an RGB (or grey) composite with a percentile stretch, the class
 //! layer beside it as a coloured overlay, captions under it, and a legend of the classes.
 //!
@@ -19,8 +19,6 @@
 //!   clipped to the cell's width; the legend lists the classes present, ascending.
 
 pub mod batch;
-pub mod cog;
-pub mod tiff;
 
 use thiserror::Error;
 

@@ -254,7 +254,7 @@ pub fn parse_geoparquet(bytes: bytes::Bytes) -> Result<PointSet, String> {
 /// Parses `bytes` named `url`: GeoParquet by its magic number, CSV when the name ends in
 /// `.csv`, else GeoJSON.
 pub fn parse(url: &str, bytes: &[u8]) -> Result<PointSet, String> {
-    let set = if crate::stac::is_parquet(bytes) {
+    let set = if crate::is_parquet(bytes) {
         parse_geoparquet(bytes::Bytes::copy_from_slice(bytes))?
     } else if url.to_ascii_lowercase().ends_with(".csv") {
         parse_csv(bytes)?
