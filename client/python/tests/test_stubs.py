@@ -1,4 +1,5 @@
-"""The committed gRPC stubs must be what grpcio-tools generates from proto/ today."""
+"""The committed gRPC stubs and the messages' type stubs (.pyi) must be what grpcio-tools
+generates from proto/ today."""
 
 import subprocess
 import sys
@@ -14,14 +15,15 @@ def test_stubs_match_the_proto(tmp_path):
     pytest.importorskip("grpc_tools")
     subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", "-I", str(ROOT / "proto"), f"--python_out={tmp_path}",
-         f"--grpc_python_out={tmp_path}", str(ROOT / "proto" / "cogfeed" / "v1" / "feed.proto")],
+         f"--pyi_out={tmp_path}", f"--grpc_python_out={tmp_path}",
+         str(ROOT / "proto" / "cogfeed" / "v1" / "feed.proto")],
         check=True,
     )
-    for name in ("feed_pb2.py", "feed_pb2_grpc.py"):
+    for name in ("feed_pb2.py", "feed_pb2.pyi", "feed_pb2_grpc.py"):
         fresh = (tmp_path / "cogfeed" / "v1" / name).read_text()
         committed = (PKG / "cogfeed" / "v1" / name).read_text()
         assert fresh == committed, (
             f"cogfeed/v1/{name} is stale: regenerate with "
-            "python -m grpc_tools.protoc -I proto --python_out=client/python --grpc_python_out=client/python "
-            "proto/cogfeed/v1/feed.proto"
+            "python -m grpc_tools.protoc -I proto --python_out=client/python --pyi_out=client/python "
+            "--grpc_python_out=client/python proto/cogfeed/v1/feed.proto"
         )
