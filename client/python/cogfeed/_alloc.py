@@ -17,7 +17,7 @@ _M_MMAP_THRESHOLD = -3
 _done = False
 
 
-def keep_large_allocations():
+def keep_large_allocations() -> None:
     """Raises glibc's mmap and trim thresholds once (idempotent, never fails)."""
     global _done
     if _done or os.environ.get("COGFEED_KEEP_MALLOC", "1") == "0":

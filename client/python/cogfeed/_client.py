@@ -3,23 +3,25 @@
 A `Loader` iterates the batches of one rank of one epoch. If the stream breaks with
 UNAVAILABLE (daemon restart, network blip) it reconnects with exponential backoff and resumes
 from the cursor of the last batch it delivered, so nothing is lost or repeated. Other errors
-raise `CogfeedError` with the gRPC status and message.
+raise the `CogfeedError` subclass of their gRPC status (`cogfeed._errors`).
 
-The Loader's request parameters are the fields of `StreamBatchesRequest`, read from its
-message descriptor: a field added to the proto is a Loader keyword with no edit here.
+The Loader's request parameters are the fields of `StreamBatchesRequest`, one keyword each
+(typed, with its default); `request()` builds the message from the descriptor, and
+`tests/test_loader_offline.py` checks that the keywords are exactly the proto's fields, so a
+field added to the proto is a keyword to add here.
 """
 
 import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
 
 from ._alloc import keep_large_allocations
-from ._errors import CogfeedError, from_rpc_error
+from ._errors import CogfeedError, InvalidRequest, Stream, Unavailable, call
 from ._state import EpochCursor
 from ._tensor import to_numpy
 from ._wire import SampleMeta, SkippedSample, decode_batch
@@ -28,7 +30,7 @@ from .v1 import feed_pb2_grpc as pb_grpc
 
 #: Channel options for multi-megabyte batches: large messages, 1 MiB HTTP/2 frames and a
 #: deep read-ahead (the biggest throughput levers measured for this kind of stream).
-CHANNEL_OPTIONS = [
+CHANNEL_OPTIONS: List[Tuple[str, Any]] = [
     ("grpc.max_receive_message_length", 1 << 30),
     ("grpc.max_send_message_length", 1 << 20),
     ("grpc.http2.max_frame_size", 1 << 20),
@@ -45,12 +47,22 @@ CHANNEL_OPTIONS = [
 #: loader's previous stream open (the server adds them up per job).
 DATA_WAIT_HEADER = "cogfeed-data-wait-seconds"
 
+#: A PEM file: its path, or its bytes.
+PEM = Union[str, bytes, "os.PathLike[str]"]
+#: `tls=`: a CA (path or PEM bytes), or {"ca": ..., "cert": ..., "key": ...} for mTLS.
+TLS = Union[PEM, Mapping[str, Optional[PEM]], None]
+#: `mixture=`: {dataset: weight}, or `MixturePart` messages.
+Mixture = Union[Mapping[str, float], Sequence[pb.MixturePart]]
+
 
 @dataclass
 class Batch:
     """One batch: numpy views over the received bytes.
 
     B is batch_size, or fewer when the server skipped unreadable samples (`skipped`).
+    User-named things (layers, time masks, point attributes) are each in a dict of their own,
+    beside the fixed fields: `batch.layers["meta"]` is a layer, `batch.meta` the samples.
+    `batch[name]` is a layer by name.
     """
 
     image: np.ndarray  # [B, C, H, W]
@@ -67,15 +79,15 @@ class Batch:
     meta: List[SampleMeta] = field(default_factory=list)
     #: The dataset's `DatasetInfo` (layer assets and nodata, scene names; what
     #: `cogfeed.preview` draws with), or None when the daemon did not say.
-    info: Optional[object] = None
+    info: Optional[pb.DatasetInfo] = None
     #: Time layers: uint8 [B, T], 1 where the step holds a date (0: filled with nodata).
     time_masks: Dict[str, np.ndarray] = field(default_factory=dict)
     #: The points sampler: each numeric attribute of the points, float64 [B], by name.
     targets: Dict[str, np.ndarray] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> np.ndarray:
-        """A layer by name (`batch["image"]`); "image" and "label" also name the scene
-        dataset's arrays."""
+        """A layer by name (`batch["swir"]`, `batch.layers[name]`); "image" and "label" also
+        name the scene dataset's arrays."""
         if name in self.layers:
             return self.layers[name]
         if name == "image" or (name == "label" and self.label is not None):
@@ -83,7 +95,7 @@ class Batch:
         raise KeyError(f"no layer {name!r} in this batch (layers: {', '.join(self.layers) or 'none'})")
 
 
-def _read(path_or_bytes):
+def _read(path_or_bytes: Optional[PEM]) -> Optional[bytes]:
     if path_or_bytes is None or isinstance(path_or_bytes, bytes):
         return path_or_bytes
     with open(path_or_bytes, "rb") as f:
@@ -94,20 +106,23 @@ class Client:
     """A connection to one cogfeed daemon.
 
     `tls` may be a CA file path (or PEM bytes), or a dict with `ca`, `cert`, `key` for mTLS.
-    `token` is sent as a bearer token on every call (default: `$COGFEED_TOKEN`).
+    `token` is sent as a bearer token on every call (default: `$COGFEED_TOKEN`). `options`
+    are gRPC channel options added to `CHANNEL_OPTIONS`. Every call raises a `CogfeedError`
+    subclass on failure, never a `grpc.RpcError`.
     """
 
-    def __init__(self, address: str, token: Optional[str] = None, tls=None, options=None):
+    def __init__(self, address: str, token: Optional[str] = None, tls: TLS = None,
+                 options: Optional[Sequence[Tuple[str, Any]]] = None) -> None:
         self.address = address
         self._token = token if token is not None else (os.environ.get("COGFEED_TOKEN") or None)
         self._tls = tls
         self._options = list(CHANNEL_OPTIONS) + list(options or [])
         self._connect()
 
-    def _connect(self):
+    def _connect(self) -> None:
         target = self.address.split("://", 1)[-1]
         if self._tls:
-            tls = self._tls if isinstance(self._tls, dict) else {"ca": self._tls}
+            tls = self._tls if isinstance(self._tls, Mapping) else {"ca": self._tls}
             creds = grpc.ssl_channel_credentials(
                 root_certificates=_read(tls.get("ca")),
                 private_key=_read(tls.get("key")),
@@ -124,45 +139,45 @@ class Client:
             response_deserializer=lambda raw: raw,
         )
 
-    def reconnect(self):
+    def reconnect(self) -> None:
         """Drops the channel and opens a new one."""
         self.close()
         self._connect()
 
-    def metadata(self, extra=()):
+    def metadata(self, extra: Sequence[Tuple[str, str]] = ()) -> List[Tuple[str, str]]:
+        """The call metadata: `extra` and the bearer token."""
         md = list(extra)
         if self._token:
             md.append(("authorization", f"Bearer {self._token}"))
         return md
 
-    def close(self):
+    def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _call(self, method, request):
-        try:
-            return method(request, metadata=self.metadata())
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+    def _call(self, method: Any, request: Any) -> Any:
+        return call(method, request, metadata=self.metadata())
 
-    def datasets(self):
+    def datasets(self) -> List[pb.DatasetSummary]:
         """The datasets served: list of `DatasetSummary` messages."""
         return list(self._call(self._stub.ListDatasets, pb.ListDatasetsRequest()).datasets)
 
-    def describe(self, name: str):
+    def describe(self, name: str) -> pb.DatasetInfo:
         """One dataset: a `DatasetInfo` message (scenes, bands, dtype, levels, version)."""
         return self._call(self._stub.DescribeDataset, pb.DescribeDatasetRequest(dataset=name))
 
-    def count(self, request) -> "pb.CountBatchesResponse":
+    def count(self, request: pb.StreamBatchesRequest) -> pb.CountBatchesResponse:
         """How many batches a stream request would send (validated, no data read)."""
         return self._call(self._stub.CountBatches, request)
 
-    def read_window(self, dataset, scene, col, row, width, height, level=0, bands=None, labels=False):
+    def read_window(self, dataset: str, scene: int, col: int, row: int, width: int, height: int, level: int = 0,
+                    bands: Optional[Sequence[int]] = None,
+                    labels: bool = False) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         """One window of one scene: (image [C, H, W], label [H, W] or None)."""
         r = pb.ReadWindowRequest(
             dataset=dataset, scene=scene, level=level, col=col, row=row, width=width, height=height,
@@ -172,16 +187,19 @@ class Client:
         label = to_numpy(resp.label) if resp.HasField("label") else None
         return to_numpy(resp.image), label
 
-    def stream(self, request, metadata=()):
-        """`Batch` messages of a stream request (grpc errors propagate as RpcError)."""
-        return self._stub.StreamBatches(request, metadata=self.metadata(metadata))
+    def stream(self, request: pb.StreamBatchesRequest,
+               metadata: Sequence[Tuple[str, str]] = ()) -> "Stream[pb.Batch]":
+        """`Batch` messages of a stream request. A failure, at the open or in the middle of
+        the stream, raises its `CogfeedError` while iterating; `cancel()` ends the stream."""
+        return Stream(call(self._stub.StreamBatches, request, metadata=self.metadata(metadata)))
 
-    def stream_raw(self, request, metadata=()):
-        """Serialized `Batch` messages of a stream request, as received."""
-        return self._raw_stream(request, metadata=self.metadata(metadata))
+    def stream_raw(self, request: pb.StreamBatchesRequest,
+                   metadata: Sequence[Tuple[str, str]] = ()) -> "Stream[bytes]":
+        """Serialized `Batch` messages of a stream request, as received (errors as `stream`)."""
+        return Stream(call(self._raw_stream, request, metadata=self.metadata(metadata)))
 
 
-def replicas(address) -> list:
+def replicas(address: Union[str, Sequence[str]]) -> List[str]:
     """The daemons named by `address`: a list, a comma-separated string, or one DNS name
     whose addresses are the replicas (a Kubernetes headless Service)."""
     if isinstance(address, (list, tuple)):
@@ -193,17 +211,17 @@ def replicas(address) -> list:
         if host and port.isdigit() and not host.replace(".", "").isdigit():
             try:
                 infos = socket.getaddrinfo(host, int(port), socket.AF_INET, socket.SOCK_STREAM)
-                ips = sorted({f"{i[4][0]}:{i[4][1]}" for i in infos})
+                ips = sorted({f"{i[4][0]}:{i[4][1]}" for i in infos})  # type: ignore[str-bytes-safe]
                 if len(ips) > 1:
                     return ips
             except OSError:
                 pass
     if not found:
-        raise ValueError("no server address given")
+        raise InvalidRequest("no server address given")
     return found
 
 
-def _choices(enum):
+def _choices(enum: Any) -> Dict[str, int]:
     """An enum's values by short name: {"aligned": SAMPLER_ALIGNED, ...} (UNSPECIFIED left out)."""
     prefix = enum.values_by_number[0].name[:-len("UNSPECIFIED")]
     return {v.name[len(prefix):].lower(): v.number for v in enum.values if v.number}
@@ -216,40 +234,125 @@ _DEFAULTS = {"job": "python", "sampler": "random", "patch_size": 256, "batch_siz
              "dtype": "native"}
 
 
-def _default(f):
+def _default(f: Any) -> Any:
     if f.name in _DEFAULTS:
         return _DEFAULTS[f.name]
     return [] if f.is_repeated else f.default_value
 
 
 class Loader(EpochCursor):
-    """Iterates the batches of one rank of one epoch as numpy arrays.
+    """Iterates the batches of one rank of one epoch as numpy `Batch`es.
 
-    Keyword arguments are the fields of `StreamBatchesRequest` (see feed.proto), kept as
-    attributes. Defaults are the proto's zero values except `_DEFAULTS` (sampler "random",
-    patch_size 256, batch_size 16, dtype "native", job "python", world_size 1); None means
-    the default, enums are given by short name (sampler "aligned", "random", "grid"), and an
-    unknown keyword raises TypeError. `on_corrupt` is "" (the dataset's setting), "fail" or
-    "skip" (unreadable samples are left out of their batch and listed in `Batch.skipped`).
-    `mixture={"a": 3, "b": 1}` instead of `dataset` mixes map-space datasets in one stream
-    (each sample's `meta[i].dataset` says which).
+    `address` is one daemon ("host:port"), a list or comma-separated string of replicas (rank
+    r starts on replica r mod n and moves on when its replica fails), a DNS name whose
+    addresses are the replicas, or a `Client`. `token` and `tls` are as for `Client`;
+    `reconnect_timeout` is how many seconds of UNAVAILABLE the loader rides out (reconnecting
+    with backoff and resuming at the last delivered cursor) before it raises `Unavailable`.
+
+    The other keywords are the fields of `StreamBatchesRequest` (feed.proto), kept as
+    attributes of the same name; None means the default:
+
+    - `dataset`: the dataset's name (or `mixture` instead).
+    - `job` ("python"): job name, shared by the ranks of one job (metrics).
+    - `sampler` ("random"): "aligned" (tile-grid windows), "random" (any pixel offset),
+      "grid" (a stride cover for inference, edges padded), "points" (a window centred on
+      each point), "balanced" (classes drawn at their target shares).
+    - `patch_size` (256), `stride` (0: patch_size, grid sampler), `level` (0: full
+      resolution; overviews 1, 2, ...).
+    - `batch_size` (16), `seed` (0), `epoch` (0).
+    - `rank` (0) and `world_size` (1): this loader's share of the epoch.
+    - `cursor` (0): the global sample offset to start from (resume); `max_batches` (0: the
+      end of the epoch).
+    - `bands` (all): 1-based bands; `labels` (False): also stream the label raster.
+    - `dtype` ("native"): "native", "float32", "float16", "bfloat16", "uint8", "uint16";
+      `normalize` (False): (x - mean) / std with the dataset's statistics (float outputs);
+      `augment` (False): seeded flips and 90-degree rotations of image and label alike.
+    - `samples_per_epoch` (0: as many as aligned windows): random draws per epoch.
+    - `prefetch` (0: automatic): windows the daemon decodes ahead.
+    - `on_corrupt` (""): "" (the dataset's setting), "fail" or "skip" (unreadable samples
+      are left out of their batch and listed in `Batch.skipped`).
+    - `layers` (all): map-space datasets, the layers to stream by name.
+    - `split` (""): map-space datasets with splits, "train", "val", ...
+    - `mixture`: `{"a": 3, "b": 1}` instead of `dataset` mixes map-space datasets in one
+      stream (each sample's `meta[i].dataset` says which).
+
+    An unknown keyword is a TypeError, an unknown sampler an `InvalidRequest` (a ValueError);
+    what the daemon refuses raises its `CogfeedError` subclass when iterating.
 
     `len()` is the number of batches this loader yields (asked from the server).
     `state_dict()` / `load_state_dict()` hold epoch and cursor; a loader built with `cursor=`
     resumes there, also with another world size.
     """
 
-    def __init__(self, address, dataset: Optional[str] = None, *, token: Optional[str] = None, tls=None,
-                 reconnect_timeout: float = 120.0, **fields):
-        known = {f.name for f in _FIELDS}
-        for name in fields:
-            if name not in known:
-                raise TypeError(f"Loader() got an unexpected keyword argument {name!r}")
-        mixture = fields.get("mixture")
-        if isinstance(mixture, dict):
+    dataset: str
+    job: str
+    sampler: Union[str, int]
+    patch_size: int
+    stride: int
+    level: int
+    batch_size: int
+    seed: int
+    rank: int
+    world_size: int
+    max_batches: int
+    bands: List[int]
+    labels: bool
+    dtype: str
+    normalize: bool
+    augment: bool
+    samples_per_epoch: int
+    prefetch: int
+    on_corrupt: str
+    layers: List[str]
+    split: str
+    mixture: List[pb.MixturePart]
+    client: Client
+    replicas: List[str]
+
+    def __init__(
+        self,
+        address: Union[str, Sequence[str], Client],
+        dataset: Optional[str] = None,
+        *,
+        job: str = "python",
+        sampler: str = "random",
+        patch_size: int = 256,
+        stride: int = 0,
+        level: int = 0,
+        batch_size: int = 16,
+        seed: int = 0,
+        epoch: int = 0,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        cursor: int = 0,
+        max_batches: int = 0,
+        bands: Optional[Sequence[int]] = None,
+        labels: bool = False,
+        dtype: str = "native",
+        normalize: bool = False,
+        augment: bool = False,
+        samples_per_epoch: int = 0,
+        prefetch: int = 0,
+        on_corrupt: str = "",
+        layers: Optional[Sequence[str]] = None,
+        split: str = "",
+        mixture: Optional[Mixture] = None,
+        token: Optional[str] = None,
+        tls: TLS = None,
+        reconnect_timeout: float = 120.0,
+    ) -> None:
+        fields: Dict[str, Any] = {
+            "dataset": dataset, "job": job, "sampler": sampler, "patch_size": patch_size, "stride": stride,
+            "level": level, "batch_size": batch_size, "seed": seed, "epoch": epoch, "rank": rank,
+            "world_size": world_size, "cursor": cursor, "max_batches": max_batches, "bands": bands,
+            "labels": labels, "dtype": dtype, "normalize": normalize, "augment": augment,
+            "samples_per_epoch": samples_per_epoch, "prefetch": prefetch, "on_corrupt": on_corrupt,
+            "layers": layers, "split": split, "mixture": mixture,
+        }
+        if isinstance(mixture, Mapping):
             # {"name": weight, ...}: one stream over several map-space datasets.
             fields["mixture"] = [pb.MixturePart(dataset=k, weight=float(w)) for k, w in mixture.items()]
-        if (dataset is None) == (not fields.get("mixture")):
+        if (dataset is None) == (not fields["mixture"]):
             raise TypeError("Loader() needs a dataset or a mixture={name: weight, ...}")
         fields["dataset"] = dataset or ""
         for f in _FIELDS:
@@ -257,7 +360,7 @@ class Loader(EpochCursor):
             value = _default(f) if value is None else value
             if f.enum_type is not None and isinstance(value, str) and value not in _choices(f.enum_type):
                 names = ", ".join(_choices(f.enum_type))
-                raise ValueError(f"unknown {f.name} {value!r} ({names})")
+                raise InvalidRequest(f"unknown {f.name} {value!r} ({names})")
             setattr(self, f.name, list(value) if f.is_repeated else value)
         super().__init__(self.epoch, self.cursor)
         keep_large_allocations()
@@ -277,9 +380,9 @@ class Loader(EpochCursor):
         self._data_wait_sent = 0.0
         #: Reconnections made after UNAVAILABLE.
         self.reconnects = 0
-        self._info = None
+        self._info: Optional[pb.DatasetInfo] = None
 
-    def request(self, cursor=None, max_batches=None):
+    def request(self, cursor: Optional[int] = None, max_batches: Optional[int] = None) -> pb.StreamBatchesRequest:
         """The `StreamBatchesRequest` for this loader: every field from its attribute."""
         values = {}
         for f in _FIELDS:
@@ -293,38 +396,38 @@ class Loader(EpochCursor):
             values["max_batches"] = max_batches
         return pb.StreamBatchesRequest(**values)
 
-    def stream_metadata(self):
+    def stream_metadata(self) -> List[Tuple[str, str]]:
         """Metadata for a stream open: the data wait since the previous stream open."""
         total = round(self.data_wait_seconds, 3)
         delta, self._data_wait_sent = total - self._data_wait_sent, total
         return [(DATA_WAIT_HEADER, f"{delta:.3f}")]
 
-    def _count(self, cursor):
+    def _count(self, cursor: int) -> int:
         # Each replica at most once: a dead one is skipped, as streams do.
         for attempt in range(len(self.replicas)):
             try:
                 return int(self.client.count(self.request(cursor=cursor)).batches)
-            except CogfeedError as e:
-                if e.code != grpc.StatusCode.UNAVAILABLE or attempt == len(self.replicas) - 1:
+            except Unavailable:
+                if attempt == len(self.replicas) - 1:
                     raise
                 self._next_replica()
         raise AssertionError("unreachable")
 
-    def _next_replica(self):
+    def _next_replica(self) -> None:
         """Moves this loader to the next replica of its list."""
         if len(self.replicas) > 1:
             self._replica = (self._replica + 1) % len(self.replicas)
             self.client.address = self.replicas[self._replica]
         self.client.reconnect()
 
-    def _dataset_info(self):
+    def _dataset_info(self) -> Optional[pb.DatasetInfo]:
         """The dataset's `DatasetInfo`, asked once per loader (set on every Batch as `info`);
         None when the daemon could not say (asked again at the next iteration)."""
         if self._info is None:
             try:
                 # A mixture's batches are described by its first part (the parts' layers agree).
                 self._info = self.client.describe(self.dataset or self.mixture[0].dataset)
-            except (CogfeedError, grpc.RpcError):
+            except CogfeedError:
                 self._info = None
         return self._info
 
@@ -359,13 +462,11 @@ class Loader(EpochCursor):
                     yield batch
                     waiting = time.perf_counter()
                 break
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise from_rpc_error(e) from None
+            except Unavailable:
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if now - failing_since > self.reconnect_timeout:
-                    raise from_rpc_error(e) from None
+                    raise
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
                 self._next_replica()

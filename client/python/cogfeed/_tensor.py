@@ -1,5 +1,7 @@
 """Protocol tensors as numpy arrays without copying the payload."""
 
+from typing import Any
+
 import numpy as np
 
 _DTYPES = {
@@ -19,7 +21,7 @@ _DTYPES = {
 }
 
 
-def numpy_dtype(name):
+def numpy_dtype(name: str) -> np.dtype:
     """The little-endian numpy dtype of a tensor dtype name (bfloat16 as uint16 bits, marked
     `dtype.metadata == {"cogfeed": "bfloat16"}` so they are not taken for integers)."""
     if name == "bfloat16":
@@ -30,7 +32,7 @@ def numpy_dtype(name):
         raise ValueError(f"unknown tensor dtype {name!r}") from None
 
 
-def to_numpy(tensor):
+def to_numpy(tensor: Any) -> np.ndarray:
     """A read-only numpy view of a `cogfeed.v1.Tensor` (little-endian, C order).
 
     `np.frombuffer` wraps the message's bytes object: the only copy is the one protobuf makes

@@ -16,6 +16,7 @@ int64 (saturating, NaN as 0).
 import math
 import re
 from itertools import islice
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -394,7 +395,9 @@ def _overlay(panel, classes, i):
     return blended
 
 
-def preview(batch, rgb=None, info=None, layer=None, classes=None, percentiles=(2, 98)):
+def preview(batch: Any, rgb: Union[str, int, Sequence[Union[str, int]], None] = None, info: Any = None,
+            layer: Optional[str] = None, classes: Optional[str] = None,
+            percentiles: Tuple[float, float] = (2, 98)) -> np.ndarray:
     """The picture of `batch` that `cogfeed-client preview` draws: uint8 [height, width, 3].
 
     - `rgb`: bands of the composite, asset names or 1-based channel numbers (1 or 3; a

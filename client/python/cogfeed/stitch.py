@@ -19,6 +19,7 @@ import re
 import tempfile
 import warnings
 import weakref
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
@@ -251,8 +252,8 @@ class Stitcher:
     beyond 4 GiB (see `cogfeed._cog`). Spools are hidden temporary files next to each output.
     """
 
-    def __init__(self, info, *, out, layer="image", blend="cosine", patch_size=256, stride=None, level=0,
-                 tile_size=256):
+    def __init__(self, info: Any, *, out: Union[str, "os.PathLike[str]"], layer: str = "image", blend: str = "cosine",
+                 patch_size: int = 256, stride: Optional[int] = None, level: int = 0, tile_size: int = 256) -> None:
         if not hasattr(info, "scenes"):
             raise TypeError(f"info must be a DatasetInfo (Client.describe(name)), got {type(info).__name__}")
         if blend not in BLENDS:
@@ -299,20 +300,20 @@ class Stitcher:
         else:
             self._kernel = np.ones((h, w))
         #: Bands K of the predictions (set by the first `add`).
-        self.bands = None
+        self.bands: Optional[int] = None
         #: Level-0 tiles written by `finish()` while windows touching them had not arrived.
         self.incomplete_tiles = 0
         #: Most level-0 tile accumulators open at once.
         self.peak_tiles_in_memory = 0
-        self._scenes = {}  # scene index -> _Scene being filled
-        self._written = {}  # scene index -> path
+        self._scenes: Dict[int, _Scene] = {}  # scene index -> _Scene being filled
+        self._written: Dict[int, str] = {}  # scene index -> path
         self._finished = False
 
-    def path(self, scene):
+    def path(self, scene: int) -> str:
         """The output path of scene `scene` (its index)."""
         return self.out.replace(PLACEHOLDER, scene_stem(self.info.scenes[scene].name))
 
-    def add(self, batch, preds):
+    def add(self, batch: Any, preds: Any) -> None:
         """Adds predictions [B, K, h, w] for the windows of `batch` (row b for windows[b])."""
         if self._finished:
             raise ValueError("add() after finish()")
@@ -371,7 +372,7 @@ class Stitcher:
         state = self._scenes[scene] = _Scene(self, scene, path)
         return state
 
-    def finish(self):
+    def finish(self) -> List[str]:
         """Writes the scenes still open (tiles lacking windows with what they have) and
         returns the paths written, by scene index. Calling it again returns them again."""
         if not self._finished:
@@ -396,10 +397,10 @@ class Stitcher:
             state.drop()
         self._scenes.clear()
 
-    def __enter__(self):
+    def __enter__(self) -> "Stitcher":
         return self
 
-    def __exit__(self, kind, value, traceback):
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
         if kind is None:
             self.finish()
         else:

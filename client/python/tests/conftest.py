@@ -5,6 +5,7 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -32,28 +33,35 @@ def free_port():
 
 
 class Daemon:
-    """One `cogfeed serve` process on a fixed port (so it can be restarted in place)."""
+    """One `cogfeed serve` process on a fixed port (so it can be restarted in place): the
+    demo datasets of `data_dir`, or the datasets of the TOML file `config`."""
 
-    def __init__(self, data_dir, port=None):
+    def __init__(self, data_dir=None, port=None, config=None):
         self.data_dir = data_dir
+        self.config = config
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.proc = None
 
     def start(self):
+        source = ["--config", str(self.config)] if self.config else ["--data-dir", str(self.data_dir)]
         self.proc = subprocess.Popen(
-            [binary("cogfeed"), "serve", "--data-dir", str(self.data_dir), "--listen", self.address,
+            [binary("cogfeed"), "serve", *source, "--listen", self.address,
              "--metrics-listen", "127.0.0.1:0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         deadline = time.time() + 60
+        self.log = []
         for line in self.proc.stderr:
+            self.log.append(line)
             if re.search(r"grpc listening on", line):
                 break
             if time.time() > deadline:
                 raise RuntimeError("daemon did not start")
         else:
-            raise RuntimeError(f"daemon exited with {self.proc.wait()}")
+            raise RuntimeError(f"daemon exited with {self.proc.wait()}:\n" + "".join(self.log))
+        # Keep reading its log, so that the daemon never blocks on a full pipe.
+        threading.Thread(target=self.log.extend, args=(self.proc.stderr,), daemon=True).start()
         return self
 
     def kill(self):
