@@ -2,6 +2,8 @@
 metadata goes with every stream open, epoch/cursor state is one class, and short batches
 (samples skipped by the server, down to none) decode. Streams are hand-built Batch messages."""
 
+import inspect
+
 import pytest
 
 import cogfeed
@@ -59,11 +61,44 @@ def test_defaults_are_unchanged():
     assert (request.on_corrupt, request.cursor, request.max_batches) == ("skip", 16, 2)
 
 
+def test_keywords_are_the_proto_fields_typed_in_proto_order():
+    params = inspect.signature(cogfeed.Loader).parameters
+    connection = ("token", "tls", "reconnect_timeout")
+    assert list(params)[:2] == ["address", "dataset"]
+    request = [n for n in list(params)[1:] if n not in connection]
+    assert request == [f.name for f in FIELDS], "a StreamBatchesRequest field without its Loader keyword"
+    for name, p in params.items():
+        assert p.annotation is not inspect.Parameter.empty, f"{name} has no type"
+        if name not in ("address", "dataset"):
+            assert p.kind is inspect.Parameter.KEYWORD_ONLY, name
+    # The signature shows the defaults the request gets (None: the proto's zero value, or 1 world).
+    defaults = cogfeed.Loader(ADDRESS, "demo").request()
+    for f in FIELDS:
+        default = params[f.name].default
+        if default is not None and f.enum_type is None:
+            assert getattr(defaults, f.name) == default, f.name
+    assert defaults.sampler == pb.SAMPLER_RANDOM and params["sampler"].default == "random"
+
+
 def test_unknown_keyword_or_sampler_raises_naming_it():
     with pytest.raises(TypeError, match="'smapler'"):
         cogfeed.Loader(ADDRESS, "demo", smapler="grid")
-    with pytest.raises(ValueError, match="'tiled'.*aligned, random, grid"):
-        cogfeed.Loader(ADDRESS, "demo", sampler="tiled")
+    for error in (ValueError, cogfeed.InvalidRequest):
+        with pytest.raises(error, match="'tiled'.*aligned, random, grid"):
+            cogfeed.Loader(ADDRESS, "demo", sampler="tiled")
+    with pytest.raises(cogfeed.InvalidRequest, match="no server address"):
+        cogfeed.Loader(" , ", "demo")
+
+
+@requires_torch
+def test_stream_dataset_refuses_an_unknown_keyword_when_built():
+    from cogfeed.torch import StreamDataset
+
+    with pytest.raises(TypeError, match="'smapler'"):
+        StreamDataset(ADDRESS, "demo", smapler="grid")
+    with pytest.raises(TypeError, match="rank comes from"):
+        StreamDataset(ADDRESS, "demo", rank=1)
+    StreamDataset(ADDRESS, "demo", sampler="grid", token="t", cursor=4)
 
 
 def test_data_wait_goes_with_every_stream_open_as_a_delta():
@@ -93,11 +128,13 @@ class FakeStreams:
         return iter(self.batches)
 
 
-def short_batches():
-    """Two batches of a batch_size 3 stream: 2 samples and 1 skipped, then all 3 skipped."""
+def short_batches(dtype="uint16"):
+    """Two batches of a batch_size 3 stream: 2 samples and 1 skipped, then all 3 skipped;
+    images of 16-bit `dtype` (as the daemon names it: "uint16", "bfloat16")."""
     _, first = skipping_batch(2, 1)
     _, empty = skipping_batch(0, 3)
     first.index, first.cursor, empty.index, empty.cursor = 0, 3, 1, 6
+    first.image.dtype = empty.image.dtype = dtype
     return [first.SerializeToString(), empty.SerializeToString()]
 
 
@@ -165,14 +202,17 @@ def test_loader_and_stream_dataset_share_the_state_class():
 def test_stream_dataset_short_and_empty_batches(monkeypatch):
     import torch
 
-    from cogfeed.torch import StreamDataset
+    from cogfeed.torch import KEYS, StreamDataset
 
-    for dtype, torch_dtype in [("native", torch.uint16), ("bfloat16", torch.bfloat16)]:
-        monkeypatch.setattr(cogfeed.Client, "stream_raw", FakeStreams(short_batches()))
+    for dtype, wire, torch_dtype in [("native", "uint16", torch.uint16), ("bfloat16", "bfloat16", torch.bfloat16)]:
+        monkeypatch.setattr(cogfeed.Client, "stream_raw", FakeStreams(short_batches(wire)))
         ds = StreamDataset(ADDRESS, "demo", batch_size=3, on_corrupt="skip", dtype=dtype)
         first, empty = [b for b in ds]
         assert tuple(first["image"].shape) == (2, 2, 3, 4) and first["image"].dtype == torch_dtype
         assert tuple(empty["image"].shape) == (0, 2, 3, 4) and empty["image"].dtype == torch_dtype
         assert tuple(empty["label"].shape) == (0, 3, 4) and tuple(empty["windows"].shape) == (0, 7)
         assert [s.sample for s in empty["skipped"]] == [30, 31, 32]
+        # A scene dataset: every fixed key, the named things' dicts empty.
+        assert tuple(first) == KEYS
+        assert first["layers"] == first["time_masks"] == first["targets"] == {} and first["meta"] == []
         assert ds.state_dict() == {"epoch": 0, "cursor": 6}

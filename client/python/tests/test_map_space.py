@@ -1,12 +1,13 @@
 """Map-space (STAC) samples through the Python client and the torch dataset, against the
 daemon's embedded `demo-stac` dataset (two UTM zones, per-band assets at 10 and 20 m, labels in
-EPSG:4326): layers by name, sample metadata, determinism and resume."""
+EPSG:4326): layers by name, sample metadata, determinism and resume; and layers named like the
+batch's own fields ("meta", "windows", "image", "layers"), which never take their place."""
 
 import numpy as np
 import pytest
 
 import cogfeed
-from conftest import requires_torch
+from conftest import Daemon, requires_torch
 
 
 def test_batches_carry_named_layers_and_sample_metadata(daemon):
@@ -50,5 +51,85 @@ def test_torch_dataset_yields_tensors_by_layer(daemon):
 
     ds = StreamDataset(daemon.address, "demo-stac", patch_size=32, batch_size=2, max_batches=1, seed=1)
     (batch,) = list(ds)
-    assert isinstance(batch["image"], torch.Tensor) and tuple(batch["swir"].shape) == (2, 1, 16, 16)
+    layers = batch["layers"]
+    assert list(layers) == ["image", "swir", "label"]
+    assert isinstance(batch["image"], torch.Tensor) and tuple(layers["swir"].shape) == (2, 1, 16, 16)
+    assert torch.equal(batch["image"], layers["image"])  # the reference layer
+    assert tuple(layers["label"].shape) == (2, 1, 32, 32) and layers["label"].dtype == torch.uint8
+    assert batch["label"] is None, "a layer named label is in layers, not the scene label's key"
     assert len(batch["meta"]) == 2
+
+
+@pytest.fixture(scope="module")
+def clash_daemon(demo_dir, tmp_path_factory):
+    """Dataset "clash", over the demo-series Items, whose layers are named like the batch's
+    fixed keys: "meta" (the reference layer, 2 dates), "windows", "image", "layers"."""
+    cfg = tmp_path_factory.mktemp("clash") / "cogfeed.toml"
+    cfg.write_text(f"""
+[[datasets]]
+name = "clash"
+stac = "{demo_dir}/series/items.json"
+crs = "native"
+
+[[datasets.layers]]
+name = "meta"
+assets = ["B02", "B03", "B04", "B08"]
+resolution = 10
+time_steps = 2
+filter = {{ collections = ["sentinel-2-l2a-series"] }}
+
+[[datasets.layers]]
+name = "windows"
+assets = ["classes"]
+resolution = 10
+resampling = "mode"
+nodata = 255
+
+[[datasets.layers]]
+name = "image"
+assets = ["SCL"]
+resolution = 20
+filter = {{ collections = ["sentinel-2-l2a-series"] }}
+
+[[datasets.layers]]
+name = "layers"
+assets = ["vv"]
+resolution = 20
+filter = {{ collections = ["sentinel-1-rtc-series"] }}
+""")
+    d = Daemon(config=cfg).start()
+    yield d
+    d.stop()
+
+
+def test_layers_named_like_fixed_fields_do_not_collide(clash_daemon):
+    (b,) = list(cogfeed.Loader(clash_daemon.address, "clash", patch_size=32, batch_size=3, max_batches=1, seed=4))
+    assert list(b.layers) == ["meta", "windows", "image", "layers"]
+    assert b.layers["meta"].shape == (3, 2, 4, 32, 32) and b["meta"] is b.layers["meta"]
+    assert b.windows.shape == (3, 7) and b.layers["windows"].shape == (3, 1, 32, 32)
+    assert len(b.meta) == 3 and all(isinstance(m, cogfeed.SampleMeta) for m in b.meta)
+    # `image` is the reference layer (as for every map-space batch); the layer called image is its own.
+    assert np.array_equal(b.image, b.layers["meta"]) and b.layers["image"].shape == (3, 1, 16, 16)
+    assert list(b.time_masks) == ["meta"] and b.time_masks["meta"].shape == (3, 2)
+
+
+@requires_torch
+def test_torch_batches_keep_named_things_apart_from_fixed_keys(clash_daemon):
+    import torch
+
+    from cogfeed.torch import KEYS, StreamDataset
+
+    ds = StreamDataset(clash_daemon.address, "clash", patch_size=32, batch_size=3, max_batches=1, seed=4)
+    (batch,) = list(ds)
+    assert tuple(batch) == KEYS
+    layers = batch["layers"]
+    assert list(layers) == ["meta", "windows", "image", "layers"]
+    assert tuple(layers["meta"].shape) == (3, 2, 4, 32, 32) and layers["meta"].dtype == torch.uint16
+    assert tuple(layers["windows"].shape) == (3, 1, 32, 32) and layers["windows"].dtype == torch.uint8
+    assert tuple(layers["image"].shape) == (3, 1, 16, 16) and tuple(layers["layers"].shape) == (3, 1, 16, 16)
+    # The fixed keys keep their meaning.
+    assert len(batch["meta"]) == 3 and all(isinstance(m, cogfeed.SampleMeta) for m in batch["meta"])
+    assert batch["windows"].dtype == torch.int64 and tuple(batch["windows"].shape) == (3, 7)
+    assert torch.equal(batch["image"], layers["meta"]) and batch["label"] is None
+    assert list(batch["time_masks"]) == ["meta"] and batch["time_masks"]["meta"].dtype == torch.bool
+    assert batch["targets"] == {}

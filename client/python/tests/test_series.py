@@ -67,11 +67,15 @@ def test_torch_dataset_yields_the_multi_sensor_tensors(daemon):
     batches = list(ds)
     assert len(batches) == 2
     b = batches[0]
-    assert tuple(b["s2"].shape) == (2, 3, 4, 32, 32)
-    assert tuple(b["s1_desc"].shape) == (2, 2, 2, 16, 16)
-    assert tuple(b["label"].shape) == (2, 1, 32, 32)
-    assert isinstance(b["s2"], torch.Tensor)
-    assert b["s2_mask"].dtype == torch.bool and tuple(b["s2_mask"].shape) == (2, 3)
+    layers = b["layers"]
+    assert list(layers) == ["s2", "s1_desc", "label"]
+    assert tuple(layers["s2"].shape) == (2, 3, 4, 32, 32)
+    assert tuple(layers["s1_desc"].shape) == (2, 2, 2, 16, 16)
+    assert tuple(layers["label"].shape) == (2, 1, 32, 32)
+    assert isinstance(layers["s2"], torch.Tensor)
+    masks = b["time_masks"]
+    assert list(masks) == ["s2", "s1_desc"]
+    assert masks["s2"].dtype == torch.bool and tuple(masks["s2"].shape) == (2, 3)
 
 
 def test_points_sampler_delivers_the_points_attributes(daemon):
