@@ -38,9 +38,9 @@ use std::time::Instant;
 
 use cogfeed_geo::warp::Resampling;
 use cogfeed_geo::{Crs, Footprint};
-use cogfeed_server::assemble::{AssetSource, items, mosaic};
-use cogfeed_server::cache::TileCache;
+use cogfeed_server::dataset::map::mosaic::{AssetSource, items, mosaic};
 use cogfeed_server::storage::StoreOptions;
+use cogfeed_server::tiles::TileCache;
 use cogfeed_stac::{HrefRewrite, Item};
 use cogfeed_tiff::{DType, OpenOptions};
 use serde::Deserialize;
@@ -122,7 +122,7 @@ async fn prepare(cases: &[Case]) -> Vec<Prepared> {
                 let k = (c.items.clone(), id.clone(), key.clone());
                 if !opened.contains_key(&k) {
                     let asset = item.asset(key).unwrap_or_else(|e| bad(e.to_string()));
-                    let object = items::open_object(&asset.href, &store, OpenOptions::default())
+                    let object = cogfeed_server::tiles::open_object(&asset.href, &store, OpenOptions::default())
                         .await
                         .unwrap_or_else(|e| bad(e.to_string()));
                     let src = AssetSource::new(id, asset, object).unwrap_or_else(|e| bad(e.to_string()));
@@ -171,7 +171,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--write-demo") {
         let dir = args.get(1).unwrap_or_else(|| fail("--write-demo DIR"));
-        let path = cogfeed_server::demo_stac::write_stac_demo(Path::new(dir)).unwrap_or_else(|e| fail(e));
+        let path = cogfeed_server::demo::stac::write_stac_demo(Path::new(dir)).unwrap_or_else(|e| fail(e));
         println!("{}", path.display());
         return;
     }

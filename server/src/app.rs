@@ -16,15 +16,15 @@ use cogfeed_proto::v1::feed_server::FeedServer;
 use crate::api::auth::{Auth, JobSlots};
 use crate::api::peer::PeerService;
 use crate::api::{FeedService, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, connections, tls};
-use crate::cache::{HeaderCache, TileCache, TileSource};
-use crate::catalog::Catalog;
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::dataset::Catalog;
 use crate::error::{Error, Result};
 use crate::memory::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::status::live::LiveStreams;
 use crate::storage::{StoreOptions, Stores};
+use crate::tiles::{HeaderCache, TileCache, TileSource};
 use cogfeed_tiff::OpenOptions;
 
 /// Bound on the time from the shutdown signal to the end of serving (the README promises

@@ -734,7 +734,7 @@ impl DatasetConfig {
                     Error::InvalidArgument(format!("dataset {}: layer {}: filter: {e}", self.name, l.name))
                 })?;
             }
-            crate::stacset::time::TimeSpec::from_layer(l)
+            crate::dataset::map::time::TimeSpec::from_layer(l)
                 .map_err(|e| Error::InvalidArgument(format!("dataset {}: layer {}: {e}", self.name, l.name)))?;
         }
         if let Some(c) = &self.crs
@@ -771,7 +771,7 @@ impl DatasetConfig {
                 .iter()
                 .map(|l| (l.name.clone(), l.time_steps.unwrap_or(0) > 0))
                 .collect();
-            crate::stacset::balance::BalanceRule::new(b, &names)
+            crate::dataset::map::balance::BalanceRule::new(b, &names)
                 .map_err(|m| Error::InvalidArgument(format!("dataset {}: {m}", self.name)))?;
         }
         if let Some(sm) = &self.sampling {
@@ -804,7 +804,7 @@ impl DatasetConfig {
             }
         }
         if let Some(sp) = &self.split {
-            crate::split::SplitRule::new(sp)
+            crate::dataset::map::split::SplitRule::new(sp)
                 .map_err(|e| Error::InvalidArgument(format!("dataset {}: split: {e}", self.name)))?;
         }
         Ok(())

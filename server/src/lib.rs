@@ -10,14 +10,10 @@
 
 pub mod api;
 pub mod app;
-pub mod assemble;
-pub mod cache;
-pub mod catalog;
 pub mod cluster;
 pub mod config;
+pub mod dataset;
 pub mod demo;
-pub mod demo_series;
-pub mod demo_stac;
 pub mod error;
 pub mod huge_pages;
 pub mod inspect;
@@ -27,9 +23,8 @@ pub mod npy;
 pub mod pipeline;
 pub mod rng;
 pub mod sampler;
-pub mod split;
-pub mod stacset;
 pub mod status;
 pub mod storage;
+pub mod tiles;
 
 pub use error::{Error, ErrorCode, Result};

@@ -221,9 +221,9 @@ async fn serve(
             let dir = data_dir.unwrap_or_else(default_data_dir);
             cogfeed_server::demo::write_demo(&dir)
                 .with_context(|| format!("cannot write demo data to {}", dir.display()))?;
-            cogfeed_server::demo_stac::write_stac_demo(&dir.join("stac"))
+            cogfeed_server::demo::stac::write_stac_demo(&dir.join("stac"))
                 .with_context(|| format!("cannot write the STAC demo to {}", dir.join("stac").display()))?;
-            cogfeed_server::demo_series::write_series_demo(&dir.join("series"))
+            cogfeed_server::demo::series::write_series_demo(&dir.join("series"))
                 .with_context(|| format!("cannot write the time-series demo to {}", dir.join("series").display()))?;
             eprintln!(
                 "no --config: serving the demo dataset in {} (local files, no credentials)",
@@ -379,12 +379,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             s2_bands,
             s1_dates,
         } => {
-            let shape = cogfeed_server::demo_series::SeriesShape {
+            let shape = cogfeed_server::demo::series::SeriesShape {
                 s2_dates,
                 s2_bands,
                 s1_dates,
             };
-            let items = cogfeed_server::demo_series::write_series(&dir, shape)?;
+            let items = cogfeed_server::demo::series::write_series(&dir, shape)?;
             print_out(&format!("wrote {}", items.display()))?;
         }
         Command::Inspect { url, prefix_bytes } => {
@@ -457,7 +457,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             out,
             explain,
         } => {
-            let req = cogfeed_server::assemble::command::WarpRequest {
+            let req = cogfeed_server::dataset::map::mosaic::command::WarpRequest {
                 items,
                 ids: split_list(&ids),
                 assets: split_list(&assets),
@@ -467,7 +467,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 resampling,
                 nodata,
             };
-            let result = cogfeed_server::assemble::command::warp(&req, &StoreOptions::default()).await?;
+            let result = cogfeed_server::dataset::map::mosaic::command::warp(&req, &StoreOptions::default()).await?;
             let file = std::fs::File::create(&out).with_context(|| format!("cannot create {}", out.display()))?;
             write_npy(BufWriter::new(file), result.dtype, &result.shape, &result.data)
                 .with_context(|| format!("cannot write {}", out.display()))?;
@@ -487,7 +487,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Stac { url, json } => {
-            let items = cogfeed_server::assemble::items::load_items(
+            let items = cogfeed_server::dataset::map::mosaic::items::load_items(
                 &url,
                 &cogfeed_stac::HrefRewrite::default(),
                 &StoreOptions::default(),

@@ -14,8 +14,8 @@ use common::inproc::{collect, start};
 use serde_json as _;
 
 fn config(dir: &Path) -> Config {
-    let stac = cogfeed_server::demo_stac::write_stac_demo(&dir.join("stac")).unwrap();
-    let series = cogfeed_server::demo_series::write_series_demo(&dir.join("series")).unwrap();
+    let stac = cogfeed_server::demo::stac::write_stac_demo(&dir.join("stac")).unwrap();
+    let series = cogfeed_server::demo::series::write_series_demo(&dir.join("series")).unwrap();
     let mut c = Config::demo_default(dir);
     c.datasets.retain(|d| d.name != "demo");
     c.cache.index_dir = Some(dir.join("index"));

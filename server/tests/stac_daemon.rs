@@ -9,8 +9,8 @@ mod common;
 use std::path::Path;
 
 use cogfeed_client::{Batch, Client, pb};
-use cogfeed_server::assemble::command::{WarpRequest, warp};
 use cogfeed_server::config::Config;
+use cogfeed_server::dataset::map::mosaic::command::{WarpRequest, warp};
 use cogfeed_server::storage::StoreOptions;
 use common::inproc::{collect, start};
 use common::servers::{S3_KEY, S3_SECRET, start_s3};
@@ -18,7 +18,7 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
 fn stac_config(dir: &Path) -> Config {
-    cogfeed_server::demo_stac::write_stac_demo(&dir.join("stac")).unwrap();
+    cogfeed_server::demo::stac::write_stac_demo(&dir.join("stac")).unwrap();
     let mut c = Config::demo_default(dir);
     c.datasets.retain(|d| d.name == "demo-stac");
     c
@@ -207,7 +207,7 @@ async fn an_area_of_interest_limits_where_samples_are_drawn() {
 async fn a_stac_archive_on_s3_serves_the_same_samples_as_local_files() {
     let root = tempfile::tempdir().unwrap();
     let local = tempfile::tempdir().unwrap();
-    cogfeed_server::demo_stac::write_stac_demo(&local.path().join("stac")).unwrap();
+    cogfeed_server::demo::stac::write_stac_demo(&local.path().join("stac")).unwrap();
     // The bucket `stac` holds the archive; a second layout keeps one Item JSON per object
     // under `items/`, with hrefs relative to it.
     let bucket = root.path().join("stac");

@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use cogfeed_client::{Batch, pb};
-use cogfeed_server::assemble::command::{WarpRequest, warp};
 use cogfeed_server::config::Config;
+use cogfeed_server::dataset::map::mosaic::command::{WarpRequest, warp};
 use cogfeed_server::storage::StoreOptions;
 use common::inproc::{collect, start};
 use serde_json as _;
@@ -21,7 +21,7 @@ const S2_DATES: [&str; 5] = ["2024-04-18", "2024-05-08", "2024-05-28", "2024-06-
 const INVALID: [u8; 6] = [0, 1, 3, 8, 9, 10];
 
 fn series_config(dir: &Path) -> Config {
-    let items = cogfeed_server::demo_series::write_series_demo(&dir.join("series")).unwrap();
+    let items = cogfeed_server::demo::series::write_series_demo(&dir.join("series")).unwrap();
     let mut c = Config::demo(dir);
     c.datasets = vec![Config::demo_series(&items)];
     c.cache.index_dir = Some(dir.join("index"));

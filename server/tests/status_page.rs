@@ -77,8 +77,8 @@ struct Running {
 async fn start(token: Option<&str>) -> Running {
     let dir = tempfile::tempdir().unwrap();
     cogfeed_server::demo::write_demo(dir.path()).unwrap();
-    cogfeed_server::demo_stac::write_stac_demo(&dir.path().join("stac")).unwrap();
-    cogfeed_server::demo_series::write_series_demo(&dir.path().join("series")).unwrap();
+    cogfeed_server::demo::stac::write_stac_demo(&dir.path().join("stac")).unwrap();
+    cogfeed_server::demo::series::write_series_demo(&dir.path().join("series")).unwrap();
     let mut config = Config::demo_default(dir.path());
     if let Some(t) = token {
         config.auth.metrics_token_sha256 = Some(hex::encode(sha2::Sha256::digest(t.as_bytes())));

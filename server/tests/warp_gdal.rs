@@ -1,7 +1,7 @@
 //! Map-space warping against GDAL 3.6's `gdal.Warp`, on the committed fixtures in
 //! `tests/fixtures/warp/` (written by `tools/gen_warp_fixtures.py`: a few COGs from GDAL's COG
 //! driver, a STAC ItemCollection and per-case oracles). Every case of `cases.json` goes through
-//! `cogfeed_server::assemble::command::warp` and is compared with the tolerance rules of the shared
+//! `cogfeed_server::dataset::map::mosaic::command::warp` and is compared with the tolerance rules of the shared
 //! corpus' `check_warp.py`:
 //! - nearest and mode are `exact`: 100 % of the samples equal for kind native, 99.9 % otherwise;
 //! - bilinear, cubic and average are `approx`: at least 99.5 % of the samples within
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use common::{Npy, read_npy};
 
-use cogfeed_server::assemble::command::{WarpOutput, WarpRequest, warp};
+use cogfeed_server::dataset::map::mosaic::command::{WarpOutput, WarpRequest, warp};
 use cogfeed_server::storage::StoreOptions;
 use serde_json::Value;
 

@@ -2,10 +2,10 @@
 
 use cogfeed_proto::v1 as pb;
 
-use crate::catalog::Dataset;
+use crate::dataset::Dataset;
+use crate::dataset::map::SampleMeta;
 use crate::pipeline::{BatchOut, Skipped, TensorOut};
 use crate::sampler::WindowSpec;
-use crate::stacset::SampleMeta;
 
 pub fn tensor(t: TensorOut) -> pb::Tensor {
     pb::Tensor {

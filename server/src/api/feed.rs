@@ -13,13 +13,14 @@ use tonic::{Request, Response, Status};
 use cogfeed_proto::v1 as pb;
 use cogfeed_proto::v1::feed_server::Feed;
 
-use crate::cache::TileSource;
-use crate::catalog::Catalog;
 use crate::config::LimitsConfig;
+use crate::dataset::Catalog;
 use crate::error::Error;
 use crate::memory::{MemoryBudget, Reservation};
 use crate::metrics::Metrics;
-use crate::pipeline::{self, QueueObserver, patch};
+use crate::pipeline::{self, QueueObserver};
+use crate::tiles::TileSource;
+use crate::tiles::region;
 
 use super::auth::{Auth, JobSlots, Principal};
 use super::connections;
@@ -263,12 +264,12 @@ impl Feed for FeedService {
         let scene = &ds.scenes[w.scene];
         let context = format!("dataset {}", ds.name);
         let scene_object = scene.tiles()?;
-        let image = patch::read(self.tiles.as_ref(), scene_object, w.window, &w.bands, 0.0)
+        let image = region::read(self.tiles.as_ref(), scene_object, w.window, &w.bands, 0.0)
             .await
             .map_err(|e| Error::tiff(scene_object.url.as_ref(), e).to_status_in(&context))?;
         let label = match (&scene.label, w.labels) {
             (Some(l), true) => Some(
-                patch::read(self.tiles.as_ref(), l, w.window, &[0], 0.0)
+                region::read(self.tiles.as_ref(), l, w.window, &[0], 0.0)
                     .await
                     .map_err(|e| Error::tiff(l.url.as_ref(), e).to_status_in(&context))?,
             ),

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use cogfeed_proto::v1 as pb;
 
-use crate::catalog::{Catalog, Dataset};
 use crate::config::{LimitsConfig, OnCorrupt};
+use crate::dataset::{Catalog, Dataset};
 use crate::error::Error;
 use crate::memory::MemoryBudget;
 use crate::pipeline::StreamJob;
@@ -239,7 +239,7 @@ fn plan_stream(
 /// footprint of a reference-grid window.
 fn map_stream_job(
     ds: &Arc<Dataset>,
-    map: &crate::stacset::MapSpace,
+    map: &crate::dataset::map::MapSpace,
     limits: &LimitsConfig,
     memory: &MemoryBudget,
     r: &pb::StreamBatchesRequest,
@@ -586,7 +586,7 @@ fn mixture_job(
     // Every part must fill the batch's tensors alike.
     // Per requested layer: name, [T, C, H, W], type, whether it is a time series.
     type Output = (String, (usize, usize, usize, usize), &'static str, bool);
-    let outputs = |job: &StreamJob, map: &crate::stacset::MapSpace| -> Vec<Output> {
+    let outputs = |job: &StreamJob, map: &crate::dataset::map::MapSpace| -> Vec<Output> {
         let shapes = map.layer_shapes(r.patch_size);
         job.layers
             .iter()

@@ -12,10 +12,10 @@ use cogfeed_proto::v1 as pb;
 use pb::peer_server::Peer;
 
 use crate::api::auth::{Auth, Principal};
-use crate::cache::{Tile, TileCache};
-use crate::catalog::Catalog;
+use crate::dataset::Catalog;
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::tiles::{Tile, TileCache};
 
 /// Serves tiles this replica owns (or can read) to its peers.
 #[derive(Debug)]

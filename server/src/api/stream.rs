@@ -22,7 +22,7 @@ use tonic::Status;
 
 use cogfeed_proto::v1 as pb;
 
-use crate::catalog::Catalog;
+use crate::dataset::Catalog;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::pipeline::{BatchOut, QueueObserver, Skipped};

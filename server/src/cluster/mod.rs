@@ -20,10 +20,10 @@ use tonic::transport::{Channel, Endpoint};
 use cogfeed_proto::v1 as pb;
 use pb::peer_client::PeerClient;
 
-use crate::cache::{Tile, TileKey};
 use crate::config::ClusterConfig;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::tiles::{Tile, TileKey};
 
 /// Who holds a tile for the fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]

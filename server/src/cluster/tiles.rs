@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::cache::{Tile, TileCache, TileKey, TileObject, TileSource};
+use crate::tiles::{Tile, TileCache, TileKey, TileObject, TileSource};
 use cogfeed_tiff::{TiffError, TiffResult};
 
 use super::{Cluster, Owner};
@@ -32,7 +32,7 @@ impl FleetTiles {
     pub fn new(local: TileCache, cluster: Arc<Cluster>, near_bytes: u64) -> Self {
         let near = moka::future::Cache::builder()
             .max_capacity((near_bytes / 1024).max(1))
-            .weigher(crate::cache::tile_kib)
+            .weigher(crate::tiles::tile_kib)
             .build();
         Self { local, cluster, near }
     }

@@ -11,7 +11,6 @@
 //! skip depends only on the data, so every run skips the same samples.
 
 pub mod lookahead;
-pub mod patch;
 pub mod transform;
 
 use std::sync::Arc;
@@ -19,14 +18,14 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 
-use crate::cache::TileSource;
-use crate::catalog::Dataset;
 use crate::config::OnCorrupt;
+use crate::dataset::Dataset;
+use crate::dataset::map::SampleMeta;
 use crate::error::{Error, ErrorCode};
 use crate::memory::MemoryBudget;
 use crate::metrics::{Metrics, Timer};
 use crate::sampler::{Plan, Share, WindowSpec};
-use crate::stacset::SampleMeta;
+use crate::tiles::{TileSource, region};
 use cogfeed_tiff::{TiffError, on_cpu_pool};
 use transform::{Orientation, Transform, cast_plane, orient};
 
@@ -228,7 +227,7 @@ const GEOMETRY_DRAWS_PER_ATTEMPT: u32 = 64;
 /// function of the data, the seed and its position.
 async fn load_map_sample(
     job: &StreamJob,
-    map: &crate::stacset::MapSpace,
+    map: &crate::dataset::map::MapSpace,
     cache: &dyn TileSource,
     i: u64,
 ) -> Result<Sample, Error> {
@@ -253,7 +252,7 @@ async fn load_map_sample(
             }
         }
     }
-    let max_reads = rule.map_or(crate::stacset::DEFAULT_ATTEMPTS, |r| r.max_attempts);
+    let max_reads = rule.map_or(crate::dataset::map::DEFAULT_ATTEMPTS, |r| r.max_attempts);
     let max_draws = max_reads.saturating_mul(GEOMETRY_DRAWS_PER_ATTEMPT);
     let (mut reads, mut rejected_split, mut rejected_valid) = (0u32, 0u32, 0u32);
     for attempt in 0..max_draws {
@@ -290,7 +289,7 @@ async fn load_map_sample(
         }
         let point = job.plan.point_of(i);
         let set = map.points.as_ref();
-        let meta = crate::stacset::SampleMeta {
+        let meta = crate::dataset::map::SampleMeta {
             point,
             point_id: point.and_then(|p| set?.ids.get(p).cloned()),
             targets: point
@@ -349,7 +348,7 @@ async fn load_sample(job: &StreamJob, cache: &dyn TileSource, i: u64, slot: Opti
 
 /// Adds a balanced sample's class-layer pixels (when that layer is streamed) to
 /// `cogfeed_balanced_class_pixels_total`.
-fn count_classes(job: &StreamJob, map: &crate::stacset::MapSpace, layers: &[Vec<u8>], patch: u32) {
+fn count_classes(job: &StreamJob, map: &crate::dataset::map::MapSpace, layers: &[Vec<u8>], patch: u32) {
     let (Some(metrics), Some(balance)) = (&job.metrics, &map.balance) else {
         return;
     };
@@ -386,12 +385,12 @@ async fn load_one(job: &StreamJob, cache: &dyn TileSource, i: u64, slot: Option<
     let scene = &ds.scenes[window.scene as usize];
     let scene_object = scene.tiles()?;
     let fetching = std::time::Instant::now();
-    let image = patch::fetch_region(cache, scene_object, window, &job.bands, ds.fill)
+    let image = region::fetch_region(cache, scene_object, window, &job.bands, ds.fill)
         .await
         .map_err(|e| Error::tiff(scene_object.url.as_ref(), e))?;
     let label = match (&scene.label, job.labels) {
         (Some(l), true) => Some(
-            patch::fetch_region(cache, l, window, &[0], 0.0)
+            region::fetch_region(cache, l, window, &[0], 0.0)
                 .await
                 .map_err(|e| Error::tiff(l.url.as_ref(), e))?,
         ),

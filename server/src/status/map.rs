@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::catalog::Dataset;
+use crate::dataset::Dataset;
 use cogfeed_geo::{Crs, Transformer};
 
 use super::page::escape;

@@ -48,7 +48,7 @@ fn request(app: &App, dataset: &str, seed: u64) -> Result<pb::StreamBatchesReque
     })
 }
 
-fn smallest_side(ds: &crate::catalog::Dataset) -> u32 {
+fn smallest_side(ds: &crate::dataset::Dataset) -> u32 {
     ds.scenes
         .iter()
         .filter_map(|s| {

@@ -14,21 +14,23 @@ use chrono::NaiveDate;
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
-use crate::assemble::{self, AssetSource};
-use crate::cache::{HeaderCache, TileSource};
-use crate::catalog::open;
 use crate::config::DatasetConfig;
 use crate::error::{Error, Result};
 use crate::sampler::{SceneGrid, WindowSpec};
 use crate::storage::Stores;
+use crate::tiles::open;
+use crate::tiles::{HeaderCache, TileSource};
 use cogfeed_geo::warp::Resampling;
 use cogfeed_geo::{Affine, Crs, Footprint, Transformer};
 use cogfeed_stac::points;
 use cogfeed_stac::{HrefRewrite, Item, ItemFilter, StacError, parse_document};
 use cogfeed_tiff::{DType, OpenOptions, RangeReader};
+use mosaic::AssetSource;
 
 pub mod balance;
+pub mod mosaic;
 pub mod plan_index;
+pub mod split;
 pub mod time;
 pub mod valid;
 
@@ -143,7 +145,7 @@ pub struct MapSpace {
     /// `[datasets.sampling]` (None: no valid fraction is computed unless asked).
     pub valid: Option<valid::ValidRule>,
     /// `[datasets.split]`.
-    pub split: Option<crate::split::SplitRule>,
+    pub split: Option<crate::dataset::map::split::SplitRule>,
     /// `points`: the points and, for those inside a drawable grid, their centre pixel in
     /// every grid that holds them (priority order), in the points' order.
     pub points: Option<points::PointSet>,
@@ -569,7 +571,7 @@ impl MapSpace {
         let split = c
             .split
             .as_ref()
-            .map(crate::split::SplitRule::new)
+            .map(crate::dataset::map::split::SplitRule::new)
             .transpose()
             .map_err(|e| bad(format!("split: {e}")))?;
         let fixed = fixed_crs(c)?;
@@ -708,7 +710,7 @@ impl MapSpace {
         }
         let started = std::time::Instant::now();
         // A private cache: this pass reads each label tile about once.
-        let tiles = crate::cache::TileCache::with_metrics(64 << 20, None);
+        let tiles = crate::tiles::TileCache::with_metrics(64 << 20, None);
         let layer = LayerSpec {
             resampling: Resampling::Nearest,
             time: None,
@@ -879,7 +881,7 @@ impl MapSpace {
             // choosing the path.
             let mut planned = Vec::with_capacity(opened.len());
             for (src, &i) in opened.iter().zip(cands) {
-                let p = assemble::plan_source(src, fp, layer.resampling)?;
+                let p = mosaic::plan_source(src, fp, layer.resampling)?;
                 if p.window.is_some() {
                     planned.push(p);
                     if !used.contains(&i) {
@@ -893,13 +895,13 @@ impl MapSpace {
                 // One source on the footprint's own grid: its pixels are the sample.
                 let bands: Vec<usize> = (0..only.source.bands).collect();
                 let object = &only.source.object;
-                let raster = crate::pipeline::patch::read(tiles, object, window, &bands, layer.nodata)
+                let raster = crate::tiles::region::read(tiles, object, window, &bands, layer.nodata)
                     .await
                     .map_err(|e| Error::tiff(object.url.as_ref(), e))?;
                 append(&mut bytes, raster.data);
                 continue;
             }
-            let m = assemble::mosaic_planned(tiles, &planned, nb, fp, layer.resampling).await?;
+            let m = mosaic::mosaic_planned(tiles, &planned, nb, fp, layer.resampling).await?;
             append(
                 &mut bytes,
                 m.to_bytes(layer.dtype, layer.nodata, layer.resampling != Resampling::Nearest),
@@ -927,7 +929,7 @@ impl MapSpace {
         let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, first))).await?;
         let mut meeting = Vec::with_capacity(cands.len());
         for (src, &i) in opened.iter().zip(&cands) {
-            if assemble::plan_source(src, fp, layer.resampling)?.window.is_some() {
+            if mosaic::plan_source(src, fp, layer.resampling)?.window.is_some() {
                 meeting.push(i);
             }
         }

@@ -1,9 +1,9 @@
 //! `cogfeed warp`: one footprint from STAC Items, the debugging view of a map-space sample
 //! and the interface the warp conformance corpus drives.
 
-use crate::cache::TileCache;
 use crate::error::{Error, Result};
 use crate::storage::StoreOptions;
+use crate::tiles::TileCache;
 use cogfeed_geo::warp::Resampling;
 use cogfeed_geo::{Crs, Footprint};
 use cogfeed_stac::{HrefRewrite, Item};
@@ -106,7 +106,7 @@ pub async fn warp(req: &WarpRequest, store: &StoreOptions) -> Result<WarpOutput>
         let holders = chosen.iter().filter(|it| it.assets.contains_key(key));
         let opened = futures::future::try_join_all(holders.map(|it| async move {
             let asset = it.asset(key)?;
-            let object = items::open_object(&asset.href, store, OpenOptions::default()).await?;
+            let object = crate::tiles::open_object(&asset.href, store, OpenOptions::default()).await?;
             AssetSource::new(&it.id, asset, object)
         }))
         .await?;

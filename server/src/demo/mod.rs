@@ -6,6 +6,9 @@
 //! ([`label_of`]), so tests can check that labels never drift from their images. The writer
 //! produces COG layout: all IFDs and tag arrays first, then tile data, smallest level first.
 
+pub mod series;
+pub mod stac;
+
 use std::path::{Path, PathBuf};
 
 use cogfeed_tiff::write::{Entry, georeferencing, ifd_len, write_ifd};

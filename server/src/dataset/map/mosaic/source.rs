@@ -2,8 +2,8 @@
 //! sample type and overview levels, with the STAC projection fields checked against the
 //! file's own header.
 
-use crate::cache::TileObject;
 use crate::error::{Error, Result};
+use crate::tiles::TileObject;
 use cogfeed_geo::warp::plan::LevelGrid;
 use cogfeed_geo::{Affine, Crs};
 use cogfeed_stac::{Asset, StacError};

@@ -7,6 +7,11 @@
 //! weighed in KiB and caches larger than 4 GiB work. The cache knows nothing of a fleet:
 //! `cluster::FleetTiles` wraps it behind the same [`TileSource`] interface.
 
+pub mod open;
+pub mod region;
+
+pub use open::{open, open_object};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

@@ -7,17 +7,19 @@
 //! object is named; `on_bad_object = "skip"` serves the rest. Clients only ever name
 //! datasets; every URL comes from the configuration.
 
+pub mod map;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
-use crate::cache::{HeaderCache, TileObject};
 use crate::config::{DatasetConfig, OnBadObject, OnCorrupt};
 use crate::error::{Error, Result};
 use crate::storage::Stores;
-use cogfeed_tiff::{Cog, DType, OpenOptions, RangeReader};
+use crate::tiles::{HeaderCache, TileObject, open};
+use cogfeed_tiff::{DType, OpenOptions};
 
 /// One scene of a dataset.
 #[derive(Debug, Clone)]
@@ -63,7 +65,7 @@ pub struct Dataset {
     pub on_corrupt: OnCorrupt,
     /// STAC datasets: Items, layers and reference grids (scenes are then the drawable
     /// Items' reference assets). None for scene datasets.
-    pub map: Option<Arc<crate::stacset::MapSpace>>,
+    pub map: Option<Arc<crate::dataset::map::MapSpace>>,
 }
 
 /// Every dataset of the configuration. A dataset whose objects change is re-opened in
@@ -85,43 +87,6 @@ pub struct Catalog {
 fn stem(url: &str) -> &str {
     let name = url.rsplit('/').next().unwrap_or(url);
     name.rsplit_once('.').map(|(s, _)| s).unwrap_or(name)
-}
-
-pub(crate) async fn open(
-    stores: &Stores,
-    headers: &HeaderCache,
-    url: &str,
-    options: &OpenOptions,
-) -> Result<TileObject> {
-    let reader: Arc<dyn RangeReader> = stores.reader(url)?;
-    let cog = headers
-        .get_or_open(url, Cog::open(reader, options.clone()))
-        .await
-        .map_err(|e| Error::tiff(url, e))?;
-    check_complete(url, &cog)?;
-    Ok(TileObject::new(url, cog))
-}
-
-/// A file cut short (its tile offsets point past its end) is reported when it is opened,
-/// not at the first sample that needs a missing tile.
-fn check_complete(url: &str, cog: &Cog) -> Result<()> {
-    let h = cog.header();
-    for (li, level) in h.levels.iter().enumerate() {
-        for b in 0..level.offsets.len() {
-            if let Some(r) = level.block_range(b)
-                && r.end > h.object_size
-            {
-                return Err(Error::tiff(
-                    url,
-                    cogfeed_tiff::TiffError::Malformed(format!(
-                        "truncated file: block {b} of level {li} ends at byte {}, the object has {}",
-                        r.end, h.object_size
-                    )),
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Scene headers opened at once while building a dataset.
@@ -461,9 +426,15 @@ impl Catalog {
         index_dir: Option<&std::path::Path>,
         replan: bool,
     ) -> Result<Dataset> {
-        let (map, version) =
-            crate::stacset::MapSpace::build(c, stores.clone(), headers.clone(), options.clone(), index_dir, replan)
-                .await?;
+        let (map, version) = crate::dataset::map::MapSpace::build(
+            c,
+            stores.clone(),
+            headers.clone(),
+            options.clone(),
+            index_dir,
+            replan,
+        )
+        .await?;
         let reference = &map.layers[0];
         let scenes = (0..map.grids.len())
             .map(|index| Scene {

@@ -10,10 +10,10 @@ pub mod command;
 pub mod items;
 pub mod source;
 
-use crate::cache::TileSource;
 use crate::error::{Error, Result};
-use crate::pipeline::patch;
 use crate::sampler::WindowSpec;
+use crate::tiles::TileSource;
+use crate::tiles::region;
 use cogfeed_geo::warp::kernel::Source;
 use cogfeed_geo::warp::plan::{self, PixelMapper};
 use cogfeed_geo::warp::{Mosaic, Resampling, Warped, is_nodata, samples_to_f64, warp_source};
@@ -111,7 +111,7 @@ async fn warp_one(
         padded: false,
     };
     let bands: Vec<usize> = (0..src.bands).collect();
-    let region = patch::fetch_region(tiles, &src.object, spec, &bands, 0.0)
+    let region = region::fetch_region(tiles, &src.object, spec, &bands, 0.0)
         .await
         .map_err(|e| Error::tiff(src.object.url.as_ref(), e))?;
     let (footprint, src) = (footprint.clone(), src.clone());

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use crate::demo::stac::{class_at, reflectance};
 use crate::demo::{Georef, write_georeferenced};
-use crate::demo_stac::{class_at, reflectance};
 use crate::rng;
 use cogfeed_geo::{Crs, Transformer};
 

@@ -2,8 +2,8 @@
 //! array, padded with the fill value where the window leaves the scene. The one window
 //! loader of the daemon: streams and `ReadWindow` both read through it.
 
-use crate::cache::{Tile, TileObject, TileSource};
 use crate::sampler::WindowSpec;
+use crate::tiles::{Tile, TileObject, TileSource};
 use cogfeed_tiff::{Level, Raster, TiffResult, WindowRequest, dtype, on_cpu_pool, window};
 
 /// Tiles of one object needed for one window, fetched (or found) in the cache.
