@@ -17,8 +17,8 @@ pub mod stitch;
 mod tls_probe;
 use pb::feed_client::FeedClient;
 
-/// Largest message accepted from the server.
-pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
+/// Largest message accepted from the server (shared with the daemon).
+pub use cogfeed_proto::MAX_MESSAGE_BYTES;
 
 /// Client errors.
 #[derive(Debug, thiserror::Error)]

@@ -15,3 +15,10 @@ pub mod v1 {
 
 /// The protobuf package every cogfeed message lives in.
 pub const PACKAGE: &str = "cogfeed.v1";
+
+/// Largest gRPC message the daemon sends and a client accepts (a batch; the daemon's
+/// `limits.max_batch_bytes` may not be set above it).
+pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
+
+/// Largest gRPC message the daemon accepts (requests are small; a large one is an attack).
+pub const MAX_REQUEST_BYTES: usize = 1 << 20;

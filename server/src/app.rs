@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use cogfeed_proto::v1::feed_server::FeedServer;
 
 use crate::api::auth::{Auth, JobSlots};
+use crate::api::live::LiveStreams;
 use crate::api::peer::PeerService;
 use crate::api::{FeedService, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, connections, tls};
 use crate::cluster::Cluster;
@@ -22,7 +23,6 @@ use crate::dataset::Catalog;
 use crate::error::{Error, Result};
 use crate::memory::MemoryBudget;
 use crate::metrics::Metrics;
-use crate::status::live::LiveStreams;
 use crate::storage::{StoreOptions, Stores};
 use crate::tiles::{HeaderCache, TileCache, TileSource};
 use cogfeed_tiff::OpenOptions;
@@ -69,7 +69,7 @@ pub struct App {
 impl App {
     /// Opens every dataset of `config`.
     pub async fn build(config: Config) -> Result<Self> {
-        config.validate()?;
+        crate::dataset::check_config(&config)?;
         let s = &config.store;
         let secs = |v: f64, what: &str| {
             if v.is_finite() && v > 0.0 {
@@ -83,7 +83,7 @@ impl App {
         if config.limits.prefetch_budget_bytes.is_some() {
             tracing::warn!("limits.prefetch_budget_bytes is ignored: look-ahead draws from limits.memory_budget_bytes");
         }
-        let memory = MemoryBudget::new(config.limits.memory_budget());
+        let memory = MemoryBudget::new(crate::memory::budget_bytes(&config.limits));
         metrics.memory_budget_bytes.set(memory.total_bytes() as i64);
         let stores = Arc::new(
             Stores::new(StoreOptions {
@@ -207,7 +207,7 @@ impl App {
                     }
                 }),
             )
-            .merge(crate::status::routes(self.clone()))
+            .merge(crate::status::routes(self.status_state()))
             .route("/healthz", get(|| async { "ok\n" }))
             .route(
                 "/readyz",
@@ -234,6 +234,21 @@ impl App {
     /// Streams running now.
     pub fn active_streams(&self) -> usize {
         self.config.limits.max_streams - self.streams.available_permits()
+    }
+
+    /// What the status page may see.
+    pub fn status_state(&self) -> crate::status::StatusState {
+        crate::status::StatusState {
+            auth: self.auth.clone(),
+            catalog: self.catalog.clone(),
+            tiles: self.tiles.clone(),
+            limits: self.config.limits.clone(),
+            memory: self.memory.clone(),
+            metrics: self.metrics.clone(),
+            live: self.live.clone(),
+            started: self.started,
+            streams: self.streams.clone(),
+        }
     }
 
     /// Serves gRPC on `listener` until `shutdown` resolves; then running streams end with

@@ -435,17 +435,6 @@ impl Default for LimitsConfig {
 }
 
 impl LimitsConfig {
-    /// The memory budget in bytes (configured, or the machine's default).
-    pub fn memory_budget(&self) -> u64 {
-        self.memory_budget_bytes
-            .unwrap_or_else(crate::memory::default_budget_bytes)
-    }
-
-    /// One caller's share of the memory budget.
-    pub fn memory_per_caller(&self) -> u64 {
-        self.memory_per_caller_bytes.unwrap_or_else(|| self.memory_budget() / 4)
-    }
-
     fn secs(v: f64) -> std::time::Duration {
         std::time::Duration::from_secs_f64(v)
     }
@@ -670,147 +659,6 @@ pub struct SplitConfig {
     pub seed: u64,
 }
 
-impl DatasetConfig {
-    /// The keys of STAC datasets, checked once (and refused on other datasets).
-    fn validate_stac(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::InvalidArgument(format!("dataset {}: {m}", self.name)));
-        if self.stac.is_none() {
-            let stray = [
-                ("layers", !self.layers.is_empty()),
-                ("crs", self.crs.is_some()),
-                ("href_rewrite", !self.href_rewrite.is_empty()),
-                ("filter", self.filter.is_some()),
-                ("priority", self.priority.is_some()),
-                ("mosaic", self.mosaic.is_some()),
-                ("aoi", self.aoi.is_some()),
-                ("sampling", self.sampling.is_some()),
-                ("points", self.points.is_some()),
-                ("split", self.split.is_some()),
-                ("balance", self.balance.is_some()),
-            ];
-            if let Some((k, _)) = stray.iter().find(|(_, set)| *set) {
-                return bad(format!("{k} applies to stac datasets only"));
-            }
-            return Ok(());
-        }
-        if self.layers.is_empty() {
-            return bad("a stac dataset needs at least one [[datasets.layers]]".into());
-        }
-        if self.labels.is_some() || self.bands.is_some() || self.mean.is_some() || self.std.is_some() {
-            return bad("labels, bands, mean and std apply to scene datasets; stac datasets use layers".into());
-        }
-        let mut names = std::collections::HashSet::new();
-        for l in &self.layers {
-            if l.name.is_empty() || !l.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-                return bad(format!("layer name {:?}: use letters, digits, - _ .", l.name));
-            }
-            if !names.insert(&l.name) {
-                return bad(format!("layer {} defined twice", l.name));
-            }
-            if l.assets.is_empty() {
-                return bad(format!("layer {}: assets is empty", l.name));
-            }
-            if let Some(r) = l.resolution
-                && !(r.is_finite() && r > 0.0)
-            {
-                return bad(format!("layer {}: resolution {r} is not a positive number", l.name));
-            }
-            if let Some(k) = &l.resampling
-                && cogfeed_geo::warp::Resampling::parse(k).is_none()
-            {
-                return bad(format!(
-                    "layer {}: resampling {k:?} (nearest, bilinear, cubic, average, mode)",
-                    l.name
-                ));
-            }
-            if let Some(t) = &l.dtype
-                && cogfeed_tiff::DType::from_name(t)
-                    .is_none_or(|d| d.size() > 8 || matches!(d, cogfeed_tiff::DType::C64))
-            {
-                return bad(format!("layer {}: dtype {t:?} is not a sample type", l.name));
-            }
-            if let Some(f) = &l.filter {
-                cogfeed_stac::ItemFilter::from_table(f).map_err(|e| {
-                    Error::InvalidArgument(format!("dataset {}: layer {}: filter: {e}", self.name, l.name))
-                })?;
-            }
-            crate::dataset::map::time::TimeSpec::from_layer(l)
-                .map_err(|e| Error::InvalidArgument(format!("dataset {}: layer {}: {e}", self.name, l.name)))?;
-        }
-        if let Some(c) = &self.crs
-            && !c.eq_ignore_ascii_case("native")
-        {
-            cogfeed_geo::Crs::parse(c)
-                .map_err(|e| Error::InvalidArgument(format!("dataset {}: crs: {e}", self.name)))?;
-        }
-        if let Some(a) = self.aoi
-            && !(a.iter().all(|v| v.is_finite()) && a[0] < a[2] && a[1] < a[3] && a[1] >= -90.0 && a[3] <= 90.0)
-        {
-            return bad(format!("aoi {a:?}: expected [minlon, minlat, maxlon, maxlat]"));
-        }
-        if let Some(m) = &self.mosaic
-            && m != "same_day"
-            && m != "all"
-        {
-            return bad(format!("mosaic {m:?} (same_day or all)"));
-        }
-        if let Some(p) = &self.priority {
-            for k in p {
-                if !["datetime", "-datetime", "id", "-id"].contains(&k.as_str()) {
-                    return bad(format!("priority key {k:?} (datetime, -datetime, id, -id)"));
-                }
-            }
-        }
-        if let Some(f) = &self.filter {
-            cogfeed_stac::ItemFilter::from_table(f)
-                .map_err(|e| Error::InvalidArgument(format!("dataset {}: filter: {e}", self.name)))?;
-        }
-        if let Some(b) = &self.balance {
-            let names: Vec<(String, bool)> = self
-                .layers
-                .iter()
-                .map(|l| (l.name.clone(), l.time_steps.unwrap_or(0) > 0))
-                .collect();
-            crate::dataset::map::balance::BalanceRule::new(b, &names)
-                .map_err(|m| Error::InvalidArgument(format!("dataset {}: {m}", self.name)))?;
-        }
-        if let Some(sm) = &self.sampling {
-            if let Some(f) = sm.min_valid_fraction
-                && !(0.0..=1.0).contains(&f)
-            {
-                return bad(format!("sampling.min_valid_fraction {f} is not in [0, 1]"));
-            }
-            match &sm.mask_layer {
-                Some(m) if !self.layers.iter().any(|l| &l.name == m) => {
-                    return bad(format!("sampling.mask_layer {m:?} is not one of the layers"));
-                }
-                Some(m)
-                    if self
-                        .layers
-                        .iter()
-                        .any(|l| &l.name == m && l.time_steps.unwrap_or(0) > 1) =>
-                {
-                    return bad(format!(
-                        "sampling.mask_layer {m:?} is a time series; a mask has one date"
-                    ));
-                }
-                None if !sm.invalid_classes.is_empty() => {
-                    return bad("sampling.invalid_classes needs sampling.mask_layer".into());
-                }
-                _ => {}
-            }
-            if sm.max_attempts.is_some_and(|a| a == 0 || a > 4096) {
-                return bad("sampling.max_attempts must be in 1..=4096".into());
-            }
-        }
-        if let Some(sp) = &self.split {
-            crate::dataset::map::split::SplitRule::new(sp)
-                .map_err(|e| Error::InvalidArgument(format!("dataset {}: split: {e}", self.name)))?;
-        }
-        Ok(())
-    }
-}
-
 impl Config {
     /// Reads and validates a TOML file.
     pub fn load(path: &Path) -> Result<Self> {
@@ -873,10 +721,10 @@ impl Config {
         if l.max_batch_bytes == 0 || l.memory_budget_bytes.is_some_and(|b| b < (1 << 20)) {
             return bad("limits.max_batch_bytes must be positive and memory_budget_bytes at least 1 MiB".into());
         }
-        if l.max_batch_bytes > crate::api::MAX_MESSAGE_BYTES as u64 {
+        if l.max_batch_bytes > cogfeed_proto::MAX_MESSAGE_BYTES as u64 {
             return bad(format!(
                 "limits.max_batch_bytes must be at most {} (the largest gRPC message)",
-                crate::api::MAX_MESSAGE_BYTES
+                cogfeed_proto::MAX_MESSAGE_BYTES
             ));
         }
         self.validate_auth()?;
@@ -914,7 +762,6 @@ impl Config {
                     d.name
                 ));
             }
-            d.validate_stac()?;
             if let Some(b) = &d.bands
                 && (b.is_empty() || b.contains(&0))
             {
@@ -968,158 +815,6 @@ impl Config {
             }
         }
         Ok(())
-    }
-
-    /// The embedded default: the demo dataset in `dir`, local addresses.
-    pub fn demo(dir: &Path) -> Self {
-        let url = |p: PathBuf| p.to_string_lossy().into_owned();
-        let scenes = (0..crate::demo::SCENES)
-            .map(|s| url(dir.join(format!("scene_{s:02}.tif"))))
-            .collect();
-        Config {
-            datasets: vec![DatasetConfig {
-                name: "demo".into(),
-                scenes,
-                prefix: None,
-                manifest: None,
-                labels: Some(url(dir.join("labels").join("{stem}.tif"))),
-                bands: None,
-                fill: 0.0,
-                mean: Some(vec![30000.0; 4]),
-                std: Some(vec![12000.0; 4]),
-                on_corrupt: OnCorrupt::Fail,
-                on_bad_object: OnBadObject::Fail,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }
-    }
-
-    /// What `cogfeed serve` runs without a config: [`Config::demo`] plus `demo-stac`, the
-    /// map-space demo (`demo_stac`) written under `dir/stac`.
-    pub fn demo_default(dir: &Path) -> Self {
-        let url = |p: PathBuf| p.to_string_lossy().into_owned();
-        let mut c = Self::demo(dir);
-        c.datasets.push(DatasetConfig {
-            // Map space: per-band assets at 10 and 20 m in two UTM zones, labels in
-            // EPSG:4326 (`demo_stac`), each sample in its Item's own CRS.
-            name: "demo-stac".into(),
-            stac: Some(url(dir.join("stac").join("items.json"))),
-            crs: Some("native".into()),
-            layers: vec![
-                LayerConfig {
-                    name: "image".into(),
-                    assets: vec!["B02".into(), "B03".into(), "B04".into(), "B08".into()],
-                    resolution: Some(10.0),
-                    resampling: Some("bilinear".into()),
-                    dtype: None,
-                    nodata: None,
-                    ..Default::default()
-                },
-                LayerConfig {
-                    name: "swir".into(),
-                    assets: vec!["B11".into()],
-                    resolution: Some(20.0),
-                    resampling: Some("bilinear".into()),
-                    dtype: None,
-                    nodata: None,
-                    ..Default::default()
-                },
-                LayerConfig {
-                    name: "label".into(),
-                    assets: vec!["classes".into()],
-                    resolution: Some(10.0),
-                    resampling: Some("mode".into()),
-                    dtype: None,
-                    nodata: Some(255.0),
-                    ..Default::default()
-                },
-            ],
-            ..Default::default()
-        });
-        c.datasets
-            .push(Self::demo_series(&dir.join("series").join("items.json")));
-        c
-    }
-
-    /// `demo-series`: the time-series demo (`demo_series`) at `items`: Sentinel-2 dates
-    /// (3 latest per sample) with their scene classification as the cloud mask,
-    /// Sentinel-1 ascending and descending passes (2 each), labels in EPSG:4326, samples
-    /// at least half valid, and a train/val split over 1 km cells.
-    pub fn demo_series(items: &Path) -> DatasetConfig {
-        let layer = |name: &str, assets: &[&str], res: f64, resampling: &str| LayerConfig {
-            name: name.into(),
-            assets: assets.iter().map(|a| a.to_string()).collect(),
-            resolution: Some(res),
-            resampling: Some(resampling.into()),
-            ..Default::default()
-        };
-        let s1 = |name: &str, orbit: &str| {
-            let mut filter = toml::Table::new();
-            filter.insert(
-                "collections".into(),
-                toml::Value::Array(vec![toml::Value::String("sentinel-1-rtc-series".into())]),
-            );
-            filter.insert("sat:orbit_state".into(), toml::Value::String(orbit.into()));
-            LayerConfig {
-                filter: Some(filter),
-                time_steps: Some(2),
-                ..layer(name, &["vv", "vh"], 20.0, "bilinear")
-            }
-        };
-        let mut s2_filter = toml::Table::new();
-        s2_filter.insert(
-            "collections".into(),
-            toml::Value::Array(vec![toml::Value::String("sentinel-2-l2a-series".into())]),
-        );
-        DatasetConfig {
-            name: "demo-series".into(),
-            stac: Some(items.to_string_lossy().into_owned()),
-            crs: Some("native".into()),
-            layers: vec![
-                LayerConfig {
-                    filter: Some(s2_filter.clone()),
-                    time_steps: Some(3),
-                    time_rule: Some("latest".into()),
-                    ..layer("s2", &["B02", "B03", "B04", "B08"], 10.0, "bilinear")
-                },
-                LayerConfig {
-                    filter: Some(s2_filter),
-                    ..layer("scl", &["SCL"], 20.0, "nearest")
-                },
-                s1("s1_asc", "ascending"),
-                s1("s1_desc", "descending"),
-                LayerConfig {
-                    nodata: Some(255.0),
-                    ..layer("label", &["classes"], 10.0, "mode")
-                },
-            ],
-            sampling: Some(SamplingConfig {
-                min_valid_fraction: Some(0.5),
-                mask_layer: Some("scl".into()),
-                invalid_classes: vec![0, 1, 3, 8, 9, 10],
-                max_attempts: None,
-            }),
-            split: Some(SplitConfig {
-                cell_size: 1000.0,
-                fractions: [("train".to_string(), 0.8), ("val".to_string(), 0.2)]
-                    .into_iter()
-                    .collect(),
-                seed: 0,
-            }),
-            points: items
-                .parent()
-                .map(|d| d.join("points.geojson").to_string_lossy().into_owned()),
-            // The river (class 6) is about 1 % of the labelled pixels: the balanced
-            // sampler makes it 20 % of the drawn ones.
-            balance: Some(BalanceConfig {
-                layer: "label".into(),
-                proportions: [("6".to_string(), 0.2)].into_iter().collect(),
-                cell_size: Some(32),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
     }
 }
 

@@ -359,6 +359,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::CheckConfig { file, dump } => {
             let cfg = Config::load(&file)?;
+            cogfeed_server::dataset::check_config(&cfg)?;
             if dump {
                 print_out(toml::to_string(&cfg)?.trim_end())?;
             } else {

@@ -129,6 +129,18 @@ impl MemoryBudget {
     }
 }
 
+/// The daemon's memory budget in bytes: configured, or [`default_budget_bytes`].
+pub fn budget_bytes(limits: &crate::config::LimitsConfig) -> u64 {
+    limits.memory_budget_bytes.unwrap_or_else(default_budget_bytes)
+}
+
+/// One caller's share of the memory budget (configured, or a quarter of the budget).
+pub fn per_caller_bytes(limits: &crate::config::LimitsConfig) -> u64 {
+    limits
+        .memory_per_caller_bytes
+        .unwrap_or_else(|| budget_bytes(limits) / 4)
+}
+
 /// The default budget: a quarter of the memory this process may use (the cgroup's limit
 /// when one is set, else the machine's), or 2 GiB when neither can be read.
 pub fn default_budget_bytes() -> u64 {

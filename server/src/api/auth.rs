@@ -156,7 +156,7 @@ impl Auth {
                 scope,
                 t.max_streams.unwrap_or(limits.max_streams_per_token),
                 t.requests_per_second.unwrap_or(limits.requests_per_second),
-                limits.memory_per_caller(),
+                crate::memory::per_caller_bytes(limits),
             );
             tokens.push((digest(&t.sha256, &format!("auth.tokens #{}", i + 1))?, principal));
         }
@@ -173,12 +173,12 @@ impl Auth {
                 Scope::All,
                 limits.max_streams_per_token,
                 limits.requests_per_second,
-                limits.memory_per_caller(),
+                crate::memory::per_caller_bytes(limits),
             ),
             anonymous_limits: (
                 limits.max_streams_per_token,
                 limits.requests_per_second,
-                limits.memory_per_caller(),
+                crate::memory::per_caller_bytes(limits),
             ),
             metrics,
         })

@@ -27,7 +27,7 @@ use super::connections;
 use super::convert;
 use super::job;
 use super::stream::{MeteredStream, StreamLease, StreamQueue};
-use crate::status::live::{LiveStreams, StreamInfo};
+use crate::api::live::{LiveStreams, StreamInfo};
 
 /// Metadata a client sends at each stream open: seconds its training loop waited for data
 /// since its previous stream open.

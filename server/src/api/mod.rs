@@ -12,6 +12,7 @@ pub mod connections;
 pub mod convert;
 pub mod feed;
 pub mod job;
+pub mod live;
 pub mod peer;
 pub mod stream;
 pub mod synthetic;
@@ -19,9 +20,5 @@ pub mod tls;
 
 pub use feed::FeedService;
 
-/// Largest gRPC message the daemon sends (a batch; `limits.max_batch_bytes` may not be set
-/// above it). Requests it receives are capped at [`MAX_REQUEST_BYTES`].
-pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
-
-/// Largest gRPC message the daemon accepts (requests are small; a large one is an attack).
-pub const MAX_REQUEST_BYTES: usize = 1 << 20;
+/// The message-size limits the client shares (from the proto crate).
+pub use cogfeed_proto::{MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES};

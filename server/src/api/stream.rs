@@ -30,7 +30,7 @@ use cogfeed_tiff::{ReadError, TiffError};
 
 use super::connections::ConnState;
 use super::convert;
-use crate::status::live::LiveEntry;
+use crate::api::live::LiveEntry;
 
 /// What an open stream holds: its slots and memory, and how to end it from the pipeline.
 pub struct StreamLease {

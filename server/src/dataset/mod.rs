@@ -9,6 +9,8 @@
 
 pub mod map;
 
+pub use map::rules::check_config;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 

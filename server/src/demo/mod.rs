@@ -6,6 +6,7 @@
 //! ([`label_of`]), so tests can check that labels never drift from their images. The writer
 //! produces COG layout: all IFDs and tag arrays first, then tile data, smallest level first.
 
+pub mod configs;
 pub mod series;
 pub mod stac;
 

@@ -3,7 +3,6 @@
 //! PNG). Both need the metrics token when `[auth]` sets one: as a bearer token, or as the
 //! password of HTTP Basic, which a browser asks for once and then sends for the images.
 
-pub mod live;
 pub mod map;
 pub mod page;
 pub mod preview;
@@ -16,8 +15,40 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::app::App;
+use crate::api::auth::Auth;
+use crate::api::live::LiveStreams;
+use crate::config::LimitsConfig;
+use crate::dataset::Catalog;
 use crate::error::ErrorCode;
+use crate::memory::MemoryBudget;
+use crate::metrics::Metrics;
+use crate::tiles::TileSource;
+
+/// What the page and the previews may see of the daemon: built by `app`, never the
+/// whole daemon.
+#[derive(Clone)]
+pub struct StatusState {
+    /// Who may see the page (the metrics token).
+    pub auth: Arc<Auth>,
+    pub catalog: Arc<Catalog>,
+    /// Where previews read tiles.
+    pub tiles: Arc<dyn TileSource>,
+    pub limits: LimitsConfig,
+    pub memory: MemoryBudget,
+    pub metrics: Arc<Metrics>,
+    pub live: Arc<LiveStreams>,
+    /// When the daemon was built (uptime).
+    pub started: std::time::Instant,
+    /// One permit per allowed concurrent stream (the page shows those taken).
+    pub streams: Arc<tokio::sync::Semaphore>,
+}
+
+impl StatusState {
+    /// Streams open now.
+    pub fn active_streams(&self) -> usize {
+        self.limits.max_streams - self.streams.available_permits()
+    }
+}
 
 /// 401 with both schemes offered (browsers show a password prompt for Basic).
 fn unauthorized() -> Response {
@@ -32,22 +63,23 @@ fn unauthorized() -> Response {
         .into_response()
 }
 
-fn allowed(app: &App, headers: &HeaderMap) -> bool {
-    app.auth
+fn allowed(state: &StatusState, headers: &HeaderMap) -> bool {
+    state
+        .auth
         .status_allowed(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
 }
 
 /// The routes, to merge into the metrics listener's router.
-pub fn routes(app: App) -> axum::Router {
+pub fn routes(state: StatusState) -> axum::Router {
     let permits = preview::permits();
-    let page_app = app.clone();
+    let page_app = state.clone();
     axum::Router::new()
         .route(
             "/",
             get(move |headers: HeaderMap, Query(q): Query<HashMap<String, String>>| {
-                let app = page_app.clone();
+                let state = page_app.clone();
                 async move {
-                    if !allowed(&app, &headers) {
+                    if !allowed(&state, &headers) {
                         return unauthorized();
                     }
                     let refresh = q
@@ -59,7 +91,7 @@ pub fn routes(app: App) -> axum::Router {
                             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
                             (header::CACHE_CONTROL, "no-store"),
                         ],
-                        page::render(&app, refresh, q.get("preview").map(String::as_str)),
+                        page::render(&state, refresh, q.get("preview").map(String::as_str)),
                     )
                         .into_response()
                 }
@@ -68,10 +100,10 @@ pub fn routes(app: App) -> axum::Router {
         .route(
             "/preview.png",
             get(move |headers: HeaderMap, Query(q): Query<HashMap<String, String>>| {
-                let app = app.clone();
+                let state = state.clone();
                 let permits: Arc<_> = permits.clone();
                 async move {
-                    if !allowed(&app, &headers) {
+                    if !allowed(&state, &headers) {
                         return unauthorized();
                     }
                     let Some(dataset) = q.get("dataset") else {
@@ -79,7 +111,7 @@ pub fn routes(app: App) -> axum::Router {
                             .into_response();
                     };
                     let seed = q.get("seed").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-                    match preview::png(&app, &permits, dataset, seed).await {
+                    match preview::png(&state, &permits, dataset, seed).await {
                         Ok(png) => (
                             [(header::CONTENT_TYPE, "image/png"), (header::CACHE_CONTROL, "no-store")],
                             png,

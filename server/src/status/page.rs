@@ -8,8 +8,7 @@ use std::fmt::Write;
 use prometheus::core::Collector;
 use prometheus::proto::MetricType;
 
-use crate::app::App;
-use crate::status::map;
+use super::{StatusState, map};
 
 /// `text` safe inside HTML text and attribute values.
 pub fn escape(text: &str) -> String {
@@ -77,7 +76,7 @@ th{background:#f2f2f2}td.n{text-align:right;font-variant-numeric:tabular-nums}\
 
 /// The whole page. `refresh`: seconds between automatic reloads (none when None);
 /// `preview`: a dataset whose preview the page opens with.
-pub fn render(app: &App, refresh: Option<u32>, preview: Option<&str>) -> String {
+pub fn render(state: &StatusState, refresh: Option<u32>, preview: Option<&str>) -> String {
     let mut h = String::with_capacity(32 << 10);
     let _ = write!(
         h,
@@ -87,7 +86,7 @@ pub fn render(app: &App, refresh: Option<u32>, preview: Option<&str>) -> String 
         let _ = write!(h, "<meta http-equiv=\"refresh\" content=\"{s}\">");
     }
     let _ = write!(h, "<style>{STYLE}</style></head><body>");
-    let up = app.started.elapsed().as_secs();
+    let up = state.started.elapsed().as_secs();
     let _ = write!(
         h,
         "<h1>cogfeed {}</h1><p class=\"muted\">up {}h {:02}m {:02}s · {} of {} streams open · \
@@ -96,25 +95,25 @@ pub fn render(app: &App, refresh: Option<u32>, preview: Option<&str>) -> String 
         up / 3600,
         up / 60 % 60,
         up % 60,
-        app.active_streams(),
-        app.config.limits.max_streams
+        state.active_streams(),
+        state.limits.max_streams
     );
-    datasets(&mut h, app);
-    streams(&mut h, app);
-    figures(&mut h, app);
+    datasets(&mut h, state);
+    streams(&mut h, state);
+    figures(&mut h, state);
     h.push_str(
         "<h2>Preview</h2><p class=\"muted\">Click a dataset's <em>preview</em> to draw one batch of random \
          samples here.</p><iframe name=\"preview\" id=\"preview\" title=\"sample preview\"",
     );
-    if let Some(d) = preview.filter(|d| app.catalog.get(d).is_some()) {
+    if let Some(d) = preview.filter(|d| state.catalog.get(d).is_some()) {
         let _ = write!(h, " src=\"/preview.png?dataset={}\"", url_escape(d));
     }
     h.push_str("></iframe></body></html>");
     h
 }
 
-fn datasets(h: &mut String, app: &App) {
-    let all = app.catalog.all();
+fn datasets(h: &mut String, state: &StatusState) {
+    let all = state.catalog.all();
     h.push_str(
         "<h2>Datasets</h2><table id=\"datasets\"><tr><th>name</th><th>kind</th><th>scenes</th><th>items</th>\
          <th>layers / bands</th><th>CRS</th><th>version</th><th></th></tr>",
@@ -189,9 +188,9 @@ fn url_escape(text: &str) -> String {
     out
 }
 
-fn streams(h: &mut String, app: &App) {
-    let live = app.live.snapshot();
-    let waits = series(&app.metrics.client_data_wait_seconds);
+fn streams(h: &mut String, state: &StatusState) {
+    let live = state.live.snapshot();
+    let waits = series(&state.metrics.client_data_wait_seconds);
     let _ = write!(h, "<h2>Streams ({})</h2>", live.len());
     if live.is_empty() {
         h.push_str("<p class=\"muted\" id=\"streams-none\">No stream is open.</p>");
@@ -236,15 +235,15 @@ fn streams(h: &mut String, app: &App) {
     );
 }
 
-fn figures(h: &mut String, app: &App) {
-    let m = &app.metrics;
+fn figures(h: &mut String, state: &StatusState) {
+    let m = &state.metrics;
     let (hits, misses) = (m.cache_hits.get() as f64, m.cache_misses.get() as f64);
     let ratio = if hits + misses > 0.0 {
         hits / (hits + misses) * 100.0
     } else {
         0.0
     };
-    let reserved = app.memory.total_bytes() - app.memory.available_bytes();
+    let reserved = state.memory.total_bytes() - state.memory.available_bytes();
     h.push_str("<div class=\"grid\"><div><h2>Cache and memory</h2><table id=\"cache\">");
     let rows = [
         (
@@ -266,7 +265,7 @@ fn figures(h: &mut String, app: &App) {
             format!(
                 "{} of {}",
                 bytes(reserved as f64),
-                bytes(app.memory.total_bytes() as f64)
+                bytes(state.memory.total_bytes() as f64)
             ),
         ),
         ("connections open", format!("{}", m.connections_open.get())),

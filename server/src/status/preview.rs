@@ -10,8 +10,8 @@ use tokio::sync::{Semaphore, mpsc};
 
 use cogfeed_proto::v1 as pb;
 
+use super::StatusState;
 use crate::api::{convert, job};
-use crate::app::App;
 use crate::error::Error;
 use crate::pipeline;
 
@@ -27,8 +27,8 @@ pub fn permits() -> Arc<Semaphore> {
 
 /// The preview request for `dataset`: random samples, 64 px on STAC datasets (several
 /// layers at several resolutions), 128 px with labels on scene datasets.
-fn request(app: &App, dataset: &str, seed: u64) -> Result<pb::StreamBatchesRequest, Error> {
-    let ds = job::dataset(&app.catalog, dataset)?;
+fn request(state: &StatusState, dataset: &str, seed: u64) -> Result<pb::StreamBatchesRequest, Error> {
+    let ds = job::dataset(&state.catalog, dataset)?;
     let (patch, labels) = match &ds.map {
         Some(_) => (64, false),
         None => (128.min(smallest_side(&ds)), ds.label_dtype.is_some()),
@@ -66,21 +66,21 @@ fn smallest_side(ds: &crate::dataset::Dataset) -> u32 {
 }
 
 /// PNG bytes of one batch of `dataset`.
-pub async fn png(app: &App, permits: &Semaphore, dataset: &str, seed: u64) -> Result<Vec<u8>, Error> {
+pub async fn png(state: &StatusState, permits: &Semaphore, dataset: &str, seed: u64) -> Result<Vec<u8>, Error> {
     // No queue: a flood of requests is refused at once, not parked on the listener.
     let _permit = permits
         .try_acquire()
         .map_err(|_| Error::LimitExceeded(format!("{PARALLEL} previews are being drawn; retry in a moment")))?;
-    let request = request(app, dataset, seed)?;
-    let admitted = job::stream_job(&app.catalog, &app.config.limits, &app.memory, &request)?;
+    let request = request(state, dataset, seed)?;
+    let admitted = job::stream_job(&state.catalog, &state.limits, &state.memory, &request)?;
     let what = format!("a status-page preview of {dataset}");
-    let _memory = app
+    let _memory = state
         .memory
-        .reserve(admitted.stream_bytes, &what, app.config.limits.admission_wait())
+        .reserve(admitted.stream_bytes, &what, state.limits.admission_wait())
         .await?;
     let ds = admitted.job.dataset.clone();
     let (tx, mut rx) = mpsc::channel(1);
-    tokio::spawn(pipeline::run(admitted.job, app.tiles.clone(), tx, None));
+    tokio::spawn(pipeline::run(admitted.job, state.tiles.clone(), tx, None));
     let batch = rx
         .recv()
         .await

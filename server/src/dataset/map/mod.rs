@@ -30,6 +30,7 @@ use mosaic::AssetSource;
 pub mod balance;
 pub mod mosaic;
 pub mod plan_index;
+pub mod rules;
 pub mod split;
 pub mod time;
 pub mod valid;
