@@ -38,7 +38,7 @@ use std::time::Instant;
 
 use cogfeed_geo::warp::Resampling;
 use cogfeed_geo::{Crs, Footprint};
-use cogfeed_server::dataset::map::mosaic::{AssetSource, items, mosaic};
+use cogfeed_server::dataset::map::mosaic::{AssetSource, mosaic};
 use cogfeed_server::storage::StoreOptions;
 use cogfeed_server::tiles::TileCache;
 use cogfeed_stac::{HrefRewrite, Item};
@@ -102,7 +102,7 @@ async fn prepare(cases: &[Case]) -> Vec<Prepared> {
     for (n, c) in cases.iter().enumerate() {
         let bad = |m: String| -> ! { fail(format!("case {n}: {m}")) };
         if !docs.contains_key(&c.items) {
-            let all = items::load_items(&c.items, &HrefRewrite::default(), &store)
+            let all = cogfeed_server::dataset::map::load_items(&c.items, &HrefRewrite::default(), &store)
                 .await
                 .unwrap_or_else(|e| bad(e.to_string()));
             docs.insert(c.items.clone(), all);

@@ -488,7 +488,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Stac { url, json } => {
-            let items = cogfeed_server::dataset::map::mosaic::items::load_items(
+            let items = cogfeed_server::dataset::map::load_items(
                 &url,
                 &cogfeed_stac::HrefRewrite::default(),
                 &StoreOptions::default(),

@@ -9,7 +9,7 @@ use cogfeed_geo::{Crs, Footprint};
 use cogfeed_stac::{HrefRewrite, Item};
 use cogfeed_tiff::{DType, OpenOptions};
 
-use super::{AssetSource, SourceRead, items};
+use super::{AssetSource, SourceRead};
 
 /// What `cogfeed warp` was asked for.
 #[derive(Debug, Clone)]
@@ -83,7 +83,7 @@ pub async fn warp(req: &WarpRequest, store: &StoreOptions) -> Result<WarpOutput>
             MAX_OUTPUT_WORKING_BYTES >> 20
         )));
     }
-    let all = items::load_items(&req.items, &HrefRewrite::default(), store).await?;
+    let all = crate::dataset::map::load_items(&req.items, &HrefRewrite::default(), store).await?;
     let chosen: Vec<&Item> = req
         .ids
         .iter()

@@ -7,7 +7,6 @@
 //! cache: the key stays the source tile); the warp runs on the CPU pool.
 
 pub mod command;
-pub mod items;
 pub mod source;
 
 use crate::error::{Error, Result};

@@ -1,0 +1,208 @@
+//! The `[[datasets]]` part of the schema: scene and STAC datasets, their layers,
+//! sampling, balance and split tables, and the bad-data policies. Syntax only: the rules
+//! that need the domain (kernels, time rules, CRS) are checked by `dataset::map::rules`.
+
+use serde::{Deserialize, Serialize};
+
+/// What a dataset does with a sample whose tile is corrupt or whose object is missing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnCorrupt {
+    /// The stream ends with DATA_LOSS (or NOT_FOUND) naming the object and tile.
+    #[default]
+    Fail,
+    /// The sample is left out of its batch, counted and logged; deterministic.
+    Skip,
+}
+
+/// What start-up does with a scene or label that cannot be opened or fails its checks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBadObject {
+    /// The daemon does not start; every bad object is listed.
+    #[default]
+    Fail,
+    /// The dataset is served without them; every bad object is logged.
+    Skip,
+}
+
+/// `[[datasets]]`: one named dataset.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetConfig {
+    pub name: String,
+    /// Explicit scene URLs.
+    #[serde(default)]
+    pub scenes: Vec<String>,
+    /// Every `.tif`/`.tiff` directly under this prefix URL (listed on the store).
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// A text file listing one scene URL per line.
+    #[serde(default)]
+    pub manifest: Option<String>,
+    /// Label raster URL template; `{stem}` is the scene file name without extension.
+    #[serde(default)]
+    pub labels: Option<String>,
+    /// 1-based bands served (default: all).
+    #[serde(default)]
+    pub bands: Option<Vec<u32>>,
+    /// Value for pixels outside a scene (grid padding).
+    #[serde(default)]
+    pub fill: f64,
+    /// Per-band mean for normalisation.
+    #[serde(default)]
+    pub mean: Option<Vec<f64>>,
+    /// Per-band standard deviation for normalisation.
+    #[serde(default)]
+    pub std: Option<Vec<f64>>,
+    /// A corrupt tile or missing object while streaming: `fail` (default) or `skip`.
+    #[serde(default)]
+    pub on_corrupt: OnCorrupt,
+    /// A scene or label that cannot be opened at start-up: `fail` (default) or `skip`.
+    #[serde(default)]
+    pub on_bad_object: OnBadObject,
+    /// A STAC source instead of `scenes`: an ItemCollection / Item / newline-delimited
+    /// Items document, or a prefix (ending in `/`) of Item JSON files. Samples are then
+    /// footprints in map space built from the Items' assets (DESIGN §8).
+    #[serde(default)]
+    pub stac: Option<String>,
+    /// STAC datasets: `native` (each sample in its Item's CRS) or `EPSG:<code>`.
+    #[serde(default)]
+    pub crs: Option<String>,
+    /// STAC datasets: URL prefix rewrites applied to asset hrefs (longest prefix first).
+    #[serde(default)]
+    pub href_rewrite: std::collections::BTreeMap<String, String>,
+    /// STAC datasets: which Items are used (`datetime`, `bbox`, `collections`, and
+    /// property predicates such as `"eo:cloud_cover" = "<= 20"`).
+    #[serde(default)]
+    pub filter: Option<toml::Table>,
+    /// STAC datasets: mosaic priority, first key first: `datetime`, `-datetime` (newest
+    /// first), `id`, `-id`. Default `["datetime", "id"]`.
+    #[serde(default)]
+    pub priority: Option<Vec<String>>,
+    /// STAC datasets: which Items may fill a footprint besides the one it was drawn from:
+    /// `same_day` (default: Items of the drawn Item's collection acquired the same UTC
+    /// day; Items of other collections whatever their date) or `all`.
+    #[serde(default)]
+    pub mosaic: Option<String>,
+    /// STAC datasets: the named output layers; the first is the reference layer.
+    #[serde(default)]
+    pub layers: Vec<LayerConfig>,
+    /// STAC datasets: an area of interest `[minlon, minlat, maxlon, maxlat]` (EPSG:4326);
+    /// samples are drawn only where an Item's reference grid meets it.
+    #[serde(default)]
+    pub aoi: Option<[f64; 4]>,
+    /// STAC datasets: which drawn samples are kept (valid- and cloud-aware sampling).
+    #[serde(default)]
+    pub sampling: Option<SamplingConfig>,
+    /// STAC datasets: spatial train/val/test splits.
+    #[serde(default)]
+    pub split: Option<SplitConfig>,
+    /// STAC datasets: points for the `points` sampler (GeoJSON of Point features, or CSV
+    /// with lon/lat columns); their numeric attributes travel as targets.
+    #[serde(default)]
+    pub points: Option<String>,
+    /// CRS of `points` (default EPSG:4326).
+    #[serde(default)]
+    pub points_crs: Option<String>,
+    /// STAC datasets: class-balanced draws for the `balanced` sampler.
+    #[serde(default)]
+    pub balance: Option<BalanceConfig>,
+}
+
+/// `[[datasets.layers]]`: one named output of a STAC dataset.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerConfig {
+    pub name: String,
+    /// Asset keys, in band order.
+    pub assets: Vec<String>,
+    /// Pixel size in CRS units (default: the finest of its assets, from the first Item).
+    #[serde(default)]
+    pub resolution: Option<f64>,
+    /// nearest (default), bilinear, cubic, average, mode.
+    #[serde(default)]
+    pub resampling: Option<String>,
+    /// Output sample type (default: the assets' own).
+    #[serde(default)]
+    pub dtype: Option<String>,
+    /// Value where no Item has data (default 0).
+    #[serde(default)]
+    pub nodata: Option<f64>,
+    /// Which Items this layer reads, on top of the dataset's filter (same keys): e.g.
+    /// `collections` for a layer of another collection, `"sat:orbit_state" = "ascending"`.
+    #[serde(default)]
+    pub filter: Option<toml::Table>,
+    /// Dates per sample (the layer's tensor is then `[B, T, C, H, W]`); 0 or absent: one
+    /// mosaic, as without time.
+    #[serde(default)]
+    pub time_steps: Option<u32>,
+    /// `latest` (default: the T latest dates up to the drawn Item's), `even` (T dates
+    /// nearest to T instants evenly spaced over `time_range`) or `season` (every date in
+    /// `season` of the drawn Item's year, oldest first, up to T).
+    #[serde(default)]
+    pub time_rule: Option<String>,
+    /// `even`: `["YYYY-MM-DD", "YYYY-MM-DD"]`, both days included.
+    #[serde(default)]
+    pub time_range: Option<[String; 2]>,
+    /// `season`: `["MM-DD", "MM-DD"]`, both days included (may wrap the new year).
+    #[serde(default)]
+    pub season: Option<[String; 2]>,
+}
+
+/// `[datasets.sampling]`: which drawn samples are kept (STAC datasets, random and aligned
+/// samplers). A sample that fails is redrawn deterministically.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SamplingConfig {
+    /// Least fraction of the reference layer's pixels that hold data (and, with
+    /// `mask_layer`, are not of an invalid class).
+    #[serde(default)]
+    pub min_valid_fraction: Option<f64>,
+    /// A layer whose first band holds classes (e.g. Sentinel-2 SCL).
+    #[serde(default)]
+    pub mask_layer: Option<String>,
+    /// Classes of `mask_layer` that count as invalid (e.g. `[0, 1, 3, 8, 9, 10]`).
+    #[serde(default)]
+    pub invalid_classes: Vec<i64>,
+    /// Draws tried per sample before the stream fails (default 64).
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+}
+
+/// `[datasets.balance]`: class-balanced sampling from a class layer's histograms.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BalanceConfig {
+    /// The class layer (its first band holds integer classes).
+    pub layer: String,
+    /// Target share of each listed class among counted pixels (`{ "6" = 0.3 }`); classes
+    /// not listed share the rest in their natural ratios.
+    #[serde(default)]
+    pub proportions: std::collections::BTreeMap<String, f64>,
+    /// `inverse`: inverse-frequency weights, every class present gets an equal share.
+    #[serde(default)]
+    pub weights: Option<String>,
+    /// Side of a candidate cell in reference pixels (default 256): histograms are per
+    /// cell, and a balanced draw picks a cell, then a window in it.
+    #[serde(default)]
+    pub cell_size: Option<u32>,
+    /// Class-layer samples across a cell when its histogram is computed (default 16).
+    #[serde(default)]
+    pub samples_per_cell: Option<u32>,
+    /// Classes not counted (default: the class layer's nodata).
+    #[serde(default)]
+    pub ignore: Vec<i64>,
+}
+
+/// `[datasets.split]`: leak-free spatial splits over equal-area cells.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SplitConfig {
+    /// Cell side in metres, in EPSG:6933 (equal-area).
+    pub cell_size: f64,
+    /// Split name → fraction of the cells (they must add up to 1).
+    pub fractions: std::collections::BTreeMap<String, f64>,
+    #[serde(default)]
+    pub seed: u64,
+}
