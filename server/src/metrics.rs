@@ -1,4 +1,4 @@
-//! Every metric of the daemon, in one registry, with names and labels per DESIGN §6:
+//! Every metric of the daemon, in one registry, with names and labels per docs/src/design/metrics.md:
 //! `cogfeed_<subsystem>_<name>_<unit>`, base units, counters end in `_total`, durations are
 //! `_seconds` histograms, labels are small closed sets. The `job` label is capped: past
 //! `max_jobs` distinct values, new jobs are folded into `other`.

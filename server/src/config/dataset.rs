@@ -63,7 +63,7 @@ pub struct DatasetConfig {
     pub on_bad_object: OnBadObject,
     /// A STAC source instead of `scenes`: an ItemCollection / Item / newline-delimited
     /// Items document, or a prefix (ending in `/`) of Item JSON files. Samples are then
-    /// footprints in map space built from the Items' assets (DESIGN §8).
+    /// footprints in map space built from the Items' assets (docs/src/design/map-space.md).
     #[serde(default)]
     pub stac: Option<String>,
     /// STAC datasets: `native` (each sample in its Item's CRS) or `EPSG:<code>`.

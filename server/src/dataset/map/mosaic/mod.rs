@@ -1,7 +1,7 @@
 //! Map-space assembly: one footprint, one asset, the Items that may cover it (priority
 //! order) → a mosaic on the footprint's grid.
 //!
-//! Plans in map space and reads in file space (DESIGN §8): per Item, the overview level
+//! Plans in map space and reads in file space (docs/src/design/map-space.md): per Item, the overview level
 //! GDAL's warper would pick and the source window (plus the kernel's margin) come from
 //! [`cogfeed_geo::warp::plan`]; that window's tiles come through the [`TileSource`] (the shared
 //! cache: the key stays the source tile); the warp runs on the CPU pool.
