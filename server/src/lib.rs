@@ -1,12 +1,14 @@
-//! cogfeed server library: the COG reader, object-store access and the batch daemon.
+//! cogfeed's daemon: datasets, the tile cache, the batch pipeline and the gRPC service.
 //!
-//! Module map (dependencies point down only): `app` builds everything from `config` and
-//! serves `api`; `api` (the only tonic code: connections, auth, tls, request validation,
-//! stream metering, the Feed and Peer services) admits requests against `memory` and runs
-//! `pipeline`; `pipeline` turns a `sampler` plan into batches through the tile `cache`,
-//! which asks the fleet (`cluster`) for tiles other replicas own; `catalog` opens datasets
-//! through `storage` and `cog`; `cog` is the format code behind its own range-reader
-//! trait; `error` is the crate error with its code set and the one mapping to statuses.
+//! The rooms, top to bottom (dependencies point down only; `server/tests/architecture.rs`
+//! checks that no import circle exists): `app` builds everything from `config` and serves
+//! `api` and `status`; `api` (the only tonic code) admits requests against `memory` and
+//! runs `pipeline`; `pipeline` asks `dataset` for sample i of a `sampler` plan; `dataset`
+//! (scenes, and `map`: what a STAC dataset is) reads through `tiles` (the cache, the one
+//! way to open a COG, region reads), which the fleet (`cluster`) wraps and `storage` feeds.
+//! `config` is a leaf; `error` is the crate error with the one mapping to statuses. The
+//! format (`cogfeed_tiff`), geometry (`cogfeed_geo`) and STAC (`cogfeed_stac`) are library
+//! crates beside this one.
 
 pub mod api;
 pub mod app;
