@@ -9,11 +9,17 @@ use super::GridError;
 /// A 2-D affine transform, pixel → map.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Affine {
+    /// Map x change per column (the pixel width on a north-up grid).
     pub a: f64,
+    /// Map x change per row (rotation or shear; 0 on a north-up grid).
     pub b: f64,
+    /// Map x of pixel (0, 0)'s top-left corner.
     pub c: f64,
+    /// Map y change per column (rotation or shear; 0 on a north-up grid).
     pub d: f64,
+    /// Map y change per row (minus the pixel height on a north-up grid).
     pub e: f64,
+    /// Map y of pixel (0, 0)'s top-left corner.
     pub f: f64,
 }
 

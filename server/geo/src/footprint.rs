@@ -9,9 +9,11 @@ pub const MAX_SIDE: u64 = 1 << 16;
 /// A north-up output grid in map space.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Footprint {
+    /// CRS of the grid and of its bounds.
     pub crs: Crs,
     /// `[minx, miny, maxx, maxy]` in `crs` units, x first.
     pub bounds: [f64; 4],
+    /// Side of a square pixel, in `crs` units.
     pub resolution: f64,
     width: u64,
     height: u64,

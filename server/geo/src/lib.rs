@@ -5,6 +5,8 @@
 //! ([`crs`]), affine transforms between pixel and map coordinates ([`affine`]), and the
 //! output grid of a sample ([`footprint`]). Pure: nothing here reads a file or a store.
 
+#![deny(missing_docs)]
+
 pub mod affine;
 pub mod crs;
 pub mod footprint;

@@ -25,6 +25,7 @@ pub struct Options {
     pub rgb: Vec<String>,
     /// Layer drawn as classes (default: `label` when present; empty: none).
     pub classes: Option<String>,
+    /// Lower and upper stretch percentiles (2, 98 by default).
     pub percentiles: (f64, f64),
 }
 

@@ -18,6 +18,8 @@
 //!   between a cell's panels, captions in the 8 × 8 `font8x8` glyphs, [`LINE`] px a line,
 //!   clipped to the cell's width; the legend lists the classes present, ascending.
 
+#![deny(missing_docs)]
+
 pub mod batch;
 
 use thiserror::Error;
@@ -30,8 +32,9 @@ pub const GAP: usize = 4;
 pub const LINE: usize = 10;
 /// Smallest drawn side a sample is enlarged to (by an integer factor).
 pub const MIN_SIDE: usize = 128;
-/// Background and text colours.
+/// Background colour (RGB).
 pub const BACKGROUND: [u8; 3] = [24, 24, 24];
+/// Text colour (RGB).
 pub const TEXT: [u8; 3] = [230, 230, 230];
 /// Classes listed in the legend at most.
 pub const MAX_LEGEND: usize = 32;
@@ -65,10 +68,13 @@ pub const PALETTE: [[u8; 3]; 20] = [
 /// What cannot be drawn.
 #[derive(Debug, Error)]
 pub enum RenderError {
+    /// A batch or preview that cannot be drawn as given (shapes, layers, bands); the message says why.
     #[error("preview: {0}")]
     Shape(String),
+    /// The picture would have this many pixels, more than [`MAX_PIXELS`].
     #[error("preview: the picture would be {0} pixels, more than {MAX_PIXELS}")]
     TooLarge(usize),
+    /// The PNG encoder failed.
     #[error("preview: PNG encoding failed: {0}")]
     Png(#[from] png::EncodingError),
 }
@@ -76,8 +82,11 @@ pub enum RenderError {
 /// A class layer drawn over the composite: `[B, Hm, Wm]` class numbers.
 #[derive(Debug, Clone)]
 pub struct Classes {
+    /// Height `Hm` of each sample's class layer, in pixels.
     pub height: usize,
+    /// Width `Wm` of each sample's class layer, in pixels.
     pub width: usize,
+    /// Class numbers `[B, Hm, Wm]`, row-major per sample.
     pub values: Vec<i64>,
     /// The class that means "no label" (not overlaid, not in the legend).
     pub nodata: Option<i64>,
@@ -86,13 +95,17 @@ pub struct Classes {
 /// One batch to draw.
 #[derive(Debug, Clone)]
 pub struct Preview {
+    /// Number of samples `B`.
     pub samples: usize,
+    /// Height `H` of each sample, in pixels.
     pub height: usize,
+    /// Width `W` of each sample, in pixels.
     pub width: usize,
     /// One (grey) or three (red, green, blue) channels, each `[B, H, W]`; NaN = no data.
     pub channels: Vec<Vec<f32>>,
     /// Lower and upper stretch percentiles (2, 98 by default).
     pub percentiles: (f64, f64),
+    /// Class layer drawn as a coloured overlay beside the composite (None: none).
     pub classes: Option<Classes>,
     /// Caption lines per sample (empty: none).
     pub captions: Vec<Vec<String>>,
@@ -101,8 +114,11 @@ pub struct Preview {
 /// An 8-bit RGB picture, row-major.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Picture {
+    /// Width, in pixels.
     pub width: usize,
+    /// Height, in pixels.
     pub height: usize,
+    /// Pixels row by row, three bytes (red, green, blue) each: `height × width × 3`.
     pub rgb: Vec<u8>,
 }
 

@@ -9,29 +9,43 @@ use super::Item;
 /// A comparison on one property.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Predicate {
+    /// Property name (`eo:cloud_cover`, `platform`, ...).
     pub key: String,
+    /// How the property compares with `value`.
     pub op: Op,
+    /// The value compared with: numbers compare numerically, other values only for `=` and `!=`.
     pub value: Value,
 }
 
 /// Comparison operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
+    /// `<`: less than.
     Lt,
+    /// `<=`: less than or equal.
     Le,
+    /// `>`: greater than.
     Gt,
+    /// `>=`: greater than or equal.
     Ge,
+    /// `=` or `==` (or no operator): equal.
     Eq,
+    /// `!=`: not equal.
     Ne,
 }
 
 /// The filter of a dataset.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ItemFilter {
+    /// Start of the `datetime` range, inclusive (a bare date from its first instant); None = open.
     pub start: Option<DateTime<Utc>>,
+    /// End of the `datetime` range, inclusive (a bare date to its last millisecond); None = open.
     pub end: Option<DateTime<Utc>>,
+    /// `[minlon, minlat, maxlon, maxlat]` in EPSG:4326 that an Item's bbox must intersect.
     pub bbox: Option<[f64; 4]>,
+    /// Collection ids an Item must belong to; None = any.
     pub collections: Option<Vec<String>>,
+    /// Property comparisons every accepted Item passes.
     pub predicates: Vec<Predicate>,
 }
 

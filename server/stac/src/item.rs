@@ -24,12 +24,15 @@ pub struct BandInfo {
 /// One asset of an Item.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Asset {
+    /// The asset's key in the Item's `assets`.
     pub key: String,
     /// The href as written in the document.
     pub href_raw: String,
     /// The href resolved against the document and rewritten (what cogfeed reads).
     pub href: String,
+    /// Media type (`type`), when given.
     pub media_type: Option<String>,
+    /// `roles`, empty when absent.
     pub roles: Vec<String>,
     /// EPSG code of the asset's grid (`proj:epsg` or `proj:code`, asset over Item).
     pub epsg: Option<u32>,
@@ -44,16 +47,23 @@ pub struct Asset {
 /// One STAC Item.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Item {
+    /// The Item's `id` (never empty).
     pub id: String,
+    /// `collection`, when given.
     pub collection: Option<String>,
     /// `datetime`, else `start_datetime` (the Item's time for ordering and filters).
     pub datetime: Option<DateTime<Utc>>,
+    /// `start_datetime`, when given.
     pub start: Option<DateTime<Utc>>,
+    /// `end_datetime`, when given.
     pub end: Option<DateTime<Utc>>,
     /// `[minx, miny, maxx, maxy]` in EPSG:4326.
     pub bbox: Option<[f64; 4]>,
+    /// GeoJSON `geometry` (EPSG:4326), None when absent or null.
     pub geometry: Option<Value>,
+    /// `properties` as written (empty when absent).
     pub properties: Map<String, Value>,
+    /// Assets by key.
     pub assets: BTreeMap<String, Asset>,
 }
 

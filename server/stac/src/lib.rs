@@ -7,6 +7,8 @@
 //! reads stac-geoparquet files. No network and
 //! no file access happen here: the caller fetches the bytes.
 
+#![deny(missing_docs)]
+
 pub mod describe;
 pub mod document;
 pub mod filter;
@@ -27,15 +29,30 @@ pub use item::{Asset, BandInfo, Item};
 pub enum StacError {
     /// Not JSON, or JSON that is not STAC.
     #[error("{doc}: not a STAC document: {reason}")]
-    NotStac { doc: String, reason: String },
+    NotStac {
+        /// The document, as the caller names it.
+        doc: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An Item with a missing or malformed field.
     #[error("{doc}: item {item}: {reason}")]
-    BadItem { doc: String, item: String, reason: String },
+    BadItem {
+        /// The document, as the caller names it.
+        doc: String,
+        /// The Item's id.
+        item: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An asset with a missing or malformed field.
     #[error("item {item}, asset {asset}: {reason}")]
     BadAsset {
+        /// The Item's id.
         item: String,
+        /// The asset's key.
         asset: String,
+        /// What is wrong with it.
         reason: String,
     },
 }

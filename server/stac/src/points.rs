@@ -15,6 +15,7 @@ pub const MAX_POINTS_BYTES: u64 = 1 << 30;
 /// The points of a dataset.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PointSet {
+    /// Point ids, one per point: the feature's `id`, the `id` column, or the 0-based position.
     pub ids: Vec<String>,
     /// (x, y) in the points' CRS.
     pub coords: Vec<(f64, f64)>,

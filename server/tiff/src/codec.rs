@@ -11,18 +11,31 @@ use serde::Serialize;
 /// A TIFF Compression tag value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Compression {
+    /// No compression (1).
     None,
+    /// CCITT modified Huffman RLE (2).
     CcittRle,
+    /// CCITT Group 3 fax (3).
     CcittFax3,
+    /// CCITT Group 4 fax (4).
     CcittFax4,
+    /// LZW (5).
     Lzw,
+    /// Old-style JPEG (6).
     OldJpeg,
+    /// JPEG (7).
     Jpeg,
+    /// Deflate (8, or Adobe's 32946).
     Deflate,
+    /// PackBits (32773).
     PackBits,
+    /// LERC (34887).
     Lerc,
+    /// LZMA (34925).
     Lzma,
+    /// Zstandard (50000, or 34926).
     Zstd,
+    /// WebP (50001, or 34927).
     Webp,
     /// Any other code.
     Other(u16),

@@ -8,15 +8,25 @@ use super::error::{TiffError, TiffResult};
 /// The type of the samples a window read returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
+    /// Unsigned 8-bit integer.
     U8,
+    /// Signed 8-bit integer.
     I8,
+    /// Unsigned 16-bit integer.
     U16,
+    /// Signed 16-bit integer.
     I16,
+    /// Unsigned 32-bit integer.
     U32,
+    /// Signed 32-bit integer.
     I32,
+    /// Unsigned 64-bit integer.
     U64,
+    /// Signed 64-bit integer.
     I64,
+    /// 32-bit float.
     F32,
+    /// 64-bit float.
     F64,
     /// Complex of two f32 (numpy complex64).
     C64,

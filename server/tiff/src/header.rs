@@ -49,7 +49,9 @@ pub enum Planar {
 pub struct Level {
     /// Position of the IFD in the chain.
     pub ifd_index: usize,
+    /// Width, in pixels.
     pub width: u64,
+    /// Height, in pixels.
     pub height: u64,
     /// Samples per pixel.
     pub bands: usize,
@@ -57,15 +59,23 @@ pub struct Level {
     pub block_width: u64,
     /// Block height (tile height, or rows per strip).
     pub block_height: u64,
+    /// Whether blocks are tiles (else strips).
     pub tiled: bool,
+    /// How samples are stored (BitsPerSample, SampleFormat).
     pub storage: Storage,
+    /// The type a window read returns.
     pub dtype: DType,
+    /// Compression of the blocks.
     pub compression: Compression,
+    /// Predictor tag: 1 none (the default), 2 horizontal differencing, 3 floating point.
     pub predictor: u16,
+    /// How the bands of a block are laid out.
     pub planar: Planar,
+    /// PhotometricInterpretation tag (1 BlackIsZero by default, 2 RGB, 6 YCbCr, ...).
     pub photometric: u16,
     /// FillOrder 2 = bits of each byte stored least significant first.
     pub lsb_fill: bool,
+    /// Byte order of the file.
     pub order: ByteOrder,
     /// Byte offset of each block (per plane, planes one after another).
     pub offsets: Vec<u64>,
@@ -129,12 +139,15 @@ impl Level {
 /// Everything read from the header of one file.
 #[derive(Debug, Clone)]
 pub struct Header {
+    /// Whether the file is BigTIFF (64-bit offsets).
     pub bigtiff: bool,
+    /// Byte order of the file.
     pub order: ByteOrder,
     /// Level 0 = full resolution, then overviews from largest to smallest.
     pub levels: Vec<Level>,
     /// Mask images (full resolution first, then mask overviews).
     pub masks: Vec<Level>,
+    /// GeoTIFF georeferencing, read from the first IFD.
     pub geo: Geo,
     /// Number of IFDs in the file.
     pub ifd_count: usize,

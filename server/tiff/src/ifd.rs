@@ -107,7 +107,9 @@ impl SparseBytes {
 /// Byte order of the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ByteOrder {
+    /// Little-endian (`II`).
     Little,
+    /// Big-endian (`MM`).
     Big,
 }
 
@@ -139,8 +141,11 @@ impl ByteOrder {
 /// One IFD entry; its value is read on demand.
 #[derive(Debug, Clone)]
 pub struct Entry {
+    /// Tag number.
     pub tag: u16,
+    /// TIFF field type (1 BYTE, 2 ASCII, 3 SHORT, 4 LONG, 12 DOUBLE, 16 LONG8, ...).
     pub typ: u16,
+    /// Number of values.
     pub count: u64,
     inline: [u8; 8],
     offset: Option<u64>,
@@ -179,8 +184,11 @@ impl Ifd {
 /// The structure of a TIFF: byte order, flavour and the IFD chain.
 #[derive(Debug, Clone)]
 pub struct Structure {
+    /// Byte order of the file.
     pub order: ByteOrder,
+    /// Whether the file is BigTIFF (64-bit offsets).
     pub bigtiff: bool,
+    /// The IFDs in chain order.
     pub ifds: Vec<Ifd>,
 }
 
@@ -281,7 +289,9 @@ fn parse_ifd(src: &SparseBytes, order: ByteOrder, bigtiff: bool, offset: u64) ->
 /// Reads entry values with the file's byte order.
 #[derive(Debug, Clone, Copy)]
 pub struct Values<'a> {
+    /// The fetched bytes of the file.
     pub src: &'a SparseBytes,
+    /// Byte order of the file.
     pub order: ByteOrder,
 }
 

@@ -14,8 +14,11 @@ use super::dtype::DType;
 /// Geometry a decoded block must have.
 #[derive(Debug, Clone, Copy)]
 pub struct BlockShape {
+    /// Rows of the block.
     pub rows: usize,
+    /// Columns of the block (pixels per row).
     pub cols: usize,
+    /// Samples per pixel.
     pub samples: usize,
 }
 

@@ -6,6 +6,8 @@
 //! requests, decode them on the CPU pool (rayon, sized to the cores) and paste them into a
 //! band-major raster in the native sample type.
 
+#![deny(missing_docs)]
+
 pub mod ccitt;
 pub mod coalesce;
 pub mod codec;

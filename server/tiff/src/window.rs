@@ -10,9 +10,13 @@ use super::header::{Level, Planar};
 pub struct WindowRequest {
     /// 0 = full resolution, 1 = largest overview, ...
     pub level: usize,
+    /// First column of the window, in pixels of the level.
     pub col: u64,
+    /// First row of the window, in pixels of the level.
     pub row: u64,
+    /// Width of the window, in pixels.
     pub width: u64,
+    /// Height of the window, in pixels.
     pub height: u64,
     /// 0-based band indices, in output order; None = all bands.
     pub bands: Option<Vec<usize>>,
@@ -21,10 +25,15 @@ pub struct WindowRequest {
 /// Decoded pixels, band-major: `bands x height x width`, native byte order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Raster {
+    /// Sample type of `data`.
     pub dtype: DType,
+    /// Number of bands.
     pub bands: usize,
+    /// Height, in pixels.
     pub height: usize,
+    /// Width, in pixels.
     pub width: usize,
+    /// Samples `bands × height × width`, native byte order, `dtype.size()` bytes each.
     pub data: Vec<u8>,
 }
 
@@ -104,8 +113,11 @@ pub fn paste(level: &Level, index: usize, block: &[u8], req: &WindowRequest, ban
 /// A band-major output being filled in place: `height x width` samples per band over
 /// `data` (a raster's buffer, or a sample's slice of a batch's buffer).
 pub struct Planes<'a> {
+    /// Width of each band plane, in pixels.
     pub width: usize,
+    /// Height of each band plane, in pixels.
     pub height: usize,
+    /// The buffer: `bands × height × width` samples of the level's type, native byte order.
     pub data: &'a mut [u8],
 }
 

@@ -15,10 +15,15 @@ pub fn floor(v: f64) -> f64 {
 /// A decoded source window: band-major values and one validity flag per pixel.
 #[derive(Debug, Clone)]
 pub struct Source<'a> {
+    /// Width of the window, in source pixels.
     pub width: usize,
+    /// Height of the window, in source pixels.
     pub height: usize,
+    /// Number of bands.
     pub bands: usize,
+    /// Values `bands × height × width`, band-major.
     pub values: &'a [f64],
+    /// Validity `height × width`, row-major: one flag per pixel for all bands.
     pub valid: &'a [bool],
 }
 
@@ -150,7 +155,9 @@ pub fn cubic4(src: &Source<'_>, x: f64, y: f64, out: &mut [f64]) -> bool {
 /// A separable filter for the scaled (downsampling) path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Filter {
+    /// Tent filter, radius 1 source pixel at scale 1.
     Bilinear,
+    /// Catmull-Rom cubic filter (Keys, a = −0.5), radius 2 source pixels at scale 1.
     Cubic,
 }
 

@@ -15,10 +15,15 @@ use plan::{PixelMapper, SourceWindow};
 /// A resampling kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Resampling {
+    /// The value of the source pixel under the destination pixel's centre.
     Nearest,
+    /// Bilinear interpolation at the centre (2×2, or a stretched tent filter when downsampling).
     Bilinear,
+    /// Cubic interpolation at the centre (4×4 Catmull-Rom, stretched when downsampling).
     Cubic,
+    /// Area-weighted mean of the valid source pixels under the destination pixel.
     Average,
+    /// Most frequent valid source value under the destination pixel.
     Mode,
 }
 
@@ -68,8 +73,11 @@ impl Resampling {
 /// One source's contribution to a footprint: values `bands × H × W` and validity `H × W`.
 #[derive(Debug, Clone)]
 pub struct Warped {
+    /// Number of bands.
     pub bands: usize,
+    /// Values `bands × H × W`, band-major, over the footprint's pixels (meaningful where valid).
     pub values: Vec<f64>,
+    /// Validity `H × W`, row-major: whether this source gave the footprint pixel a value.
     pub valid: Vec<bool>,
 }
 
@@ -151,8 +159,11 @@ pub fn warp_source(
 /// Sources stacked in priority order: the first source with a valid pixel wins it.
 #[derive(Debug, Clone)]
 pub struct Mosaic {
+    /// Number of bands.
     pub bands: usize,
+    /// Width of the footprint, in pixels.
     pub width: usize,
+    /// Height of the footprint, in pixels.
     pub height: usize,
     values: Vec<f64>,
     filled: Vec<bool>,

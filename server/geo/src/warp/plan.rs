@@ -13,7 +13,9 @@ pub const APPROX_ERROR_PX: f64 = 1e-5;
 /// One level of a source: its size and its map → pixel transform.
 #[derive(Debug, Clone, Copy)]
 pub struct LevelGrid {
+    /// Width of the level, in pixels.
     pub width: u64,
+    /// Height of the level, in pixels.
     pub height: u64,
     /// Map (source CRS) → pixel of this level.
     pub to_pixel: Affine,
@@ -36,9 +38,11 @@ impl LevelGrid {
 /// Maps footprint pixel coordinates (continuous, corner-based) into a level's pixels.
 #[derive(Debug, Clone)]
 pub struct PixelMapper<'a> {
+    /// The output grid whose pixels are mapped.
     pub footprint: &'a Footprint,
     /// Footprint CRS → source CRS.
     pub transformer: &'a Transformer,
+    /// The source level mapped into.
     pub level: LevelGrid,
 }
 
@@ -157,13 +161,18 @@ pub fn choose_level(ratio: f64, factors: &[f64]) -> usize {
 /// The source window of a footprint at one level, and the kernel scale.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SourceWindow {
+    /// First column of the window, in level pixels.
     pub col: u64,
+    /// First row of the window, in level pixels.
     pub row: u64,
+    /// Width of the window, in level pixels.
     pub width: u64,
+    /// Height of the window, in level pixels.
     pub height: u64,
     /// Destination pixels per source pixel along x (≤ 1 when downsampling), GDAL's
     /// `dfXScale`.
     pub x_scale: f64,
+    /// Destination pixels per source pixel along y (≤ 1 when downsampling), GDAL's `dfYScale`.
     pub y_scale: f64,
 }
 

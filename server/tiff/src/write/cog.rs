@@ -21,6 +21,7 @@ use super::{Entry, georeferencing, ifd_len, write_ifd};
 pub struct Georef {
     /// GDAL geotransform `[x0, dx, rx, y0, ry, dy]`.
     pub geotransform: [f64; 6],
+    /// EPSG code written as GeoTIFF keys (4000–4999 geographic, else projected); None writes none.
     pub epsg: Option<u32>,
 }
 

@@ -6,13 +6,18 @@ pub mod cog;
 
 /// One IFD entry: tag, type, count, value bytes (little-endian).
 pub struct Entry {
+    /// Tag number.
     pub tag: u16,
+    /// TIFF field type (2 ASCII, 3 SHORT, 4 LONG, 12 DOUBLE).
     pub typ: u16,
+    /// Number of values (for ASCII, bytes including the terminating NUL).
     pub count: u32,
+    /// The values, little-endian.
     pub bytes: Vec<u8>,
 }
 
 impl Entry {
+    /// An entry of SHORT (type 3) values.
     pub fn shorts(tag: u16, v: &[u16]) -> Self {
         Self {
             tag,
@@ -22,6 +27,7 @@ impl Entry {
         }
     }
 
+    /// An entry of LONG (type 4) values.
     pub fn longs(tag: u16, v: &[u32]) -> Self {
         Self {
             tag,
@@ -31,6 +37,7 @@ impl Entry {
         }
     }
 
+    /// An entry of DOUBLE (type 12) values.
     pub fn doubles(tag: u16, v: &[f64]) -> Self {
         Self {
             tag,
@@ -40,6 +47,7 @@ impl Entry {
         }
     }
 
+    /// An ASCII (type 2) entry: `s` and a terminating NUL.
     pub fn ascii(tag: u16, s: &str) -> Self {
         let mut bytes = s.as_bytes().to_vec();
         bytes.push(0);
