@@ -1,4 +1,4 @@
-//! Replays the committed `cargo fuzz` corpus (`server/fuzz/corpus/cog`, seeds plus every
+//! Replays the committed `cargo fuzz` corpus (`server/tiff/fuzz/corpus/cog`, seeds plus every
 //! input the fuzzer kept, minimized) through the same entry point as the fuzz target: no
 //! input may panic. Runs as an ordinary test, without a fuzzer or nightly Rust.
 
