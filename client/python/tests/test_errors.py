@@ -3,6 +3,7 @@
 `ValueError`, `PermissionError`, `ConnectionError`), from every public call and also when
 a stream fails in the middle; never as a raw `grpc.RpcError`."""
 
+import time
 import hashlib
 import pickle
 import shutil
@@ -176,8 +177,16 @@ def test_a_second_stream_over_the_tokens_limit_is_resource_exhausted_and_a_cance
         assert "stream" in err.details
         assert first.cancel()
         raised(cogfeed.Cancelled, cogfeed.CogfeedError, lambda: list(first))
-        # The slot is free again.
-        assert len(list(cogfeed.Loader(auth_daemon.address, "demo", token=TOKEN, max_batches=1))) == 1
+        # The slot is free again once the daemon has seen the cancel (it arrives asynchronously).
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert len(list(cogfeed.Loader(auth_daemon.address, "demo", token=TOKEN, max_batches=1))) == 1
+                break
+            except cogfeed.ResourceExhausted:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
 
 def tile_range(path, tile):
