@@ -62,6 +62,10 @@ pub struct Metrics {
     pub admission_refused: IntCounterVec,
     pub connections_open: IntGauge,
     pub connections_closed: IntCounterVec,
+    pub cpu_jobs_queued: IntGauge,
+    pub cpu_jobs_completed: IntCounter,
+    pub cpu_jobs_skipped: IntCounter,
+    pub cpu_busy_seconds: prometheus::Counter,
 }
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -165,6 +169,26 @@ impl Metrics {
                 &["limit"],
             ),
             connections_open: gauge(&r, "cogfeed_connections_open", "gRPC connections open now"),
+            cpu_jobs_queued: gauge(
+                &r,
+                "cogfeed_cpu_jobs_queued",
+                "CPU jobs (decodes, warps, assembly) waiting for a worker now",
+            ),
+            cpu_jobs_completed: counter(&r, "cogfeed_cpu_jobs_completed_total", "CPU jobs run to the end"),
+            cpu_jobs_skipped: counter(
+                &r,
+                "cogfeed_cpu_jobs_skipped_total",
+                "CPU jobs dropped unstarted because their stream had ended",
+            ),
+            cpu_busy_seconds: {
+                let c = prometheus::Counter::new(
+                    "cogfeed_cpu_busy_seconds_total",
+                    "Time CPU jobs ran, summed over the pool's threads",
+                )
+                .expect("valid metric");
+                r.register(Box::new(c.clone())).expect("unique metric");
+                c
+            },
             connections_closed: counter_vec(
                 &r,
                 "cogfeed_connections_closed_total",
@@ -316,8 +340,23 @@ impl Metrics {
         "other".into()
     }
 
+    /// Brings the CPU pool's figures (kept by `cogfeed-cpu`) into the registry.
+    pub fn refresh_cpu(&self) {
+        let s = cogfeed_cpu::stats();
+        self.cpu_jobs_queued.set(s.queued as i64);
+        self.cpu_jobs_completed
+            .inc_by(s.completed.saturating_sub(self.cpu_jobs_completed.get()));
+        self.cpu_jobs_skipped
+            .inc_by(s.skipped.saturating_sub(self.cpu_jobs_skipped.get()));
+        let busy = s.busy_ns as f64 / 1e9 - self.cpu_busy_seconds.get();
+        if busy > 0.0 {
+            self.cpu_busy_seconds.inc_by(busy);
+        }
+    }
+
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
+        self.refresh_cpu();
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()

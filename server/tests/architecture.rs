@@ -143,7 +143,7 @@ fn the_config_schema_is_a_leaf() {
 #[test]
 fn every_module_is_small_and_says_what_it_owns() {
     let mut files = Vec::new();
-    for dir in ["src", "tiff/src", "geo/src", "stac/src", "render/src"] {
+    for dir in ["src", "cpu/src", "tiff/src", "geo/src", "stac/src", "render/src"] {
         rust_files(&server().join(dir), &mut files);
     }
     rust_files(&server().join("../client/src"), &mut files);
@@ -198,6 +198,14 @@ fn library_crates_keep_to_their_rooms() {
             [&io_stack[..], &["parquet", "arrow-array", "cogfeed-stac"]].concat(),
         ),
         ("stac", io_stack.to_vec()),
+        (
+            "cpu",
+            [
+                &io_stack[..],
+                &["cogfeed-tiff", "cogfeed-geo", "cogfeed-stac", "cogfeed-render"],
+            ]
+            .concat(),
+        ),
         ("render", [&io_stack[..], &["parquet"]].concat()),
     ] {
         let deps = normal_dependencies(&server().join(krate).join("Cargo.toml"));
@@ -219,7 +227,7 @@ fn library_crates_keep_to_their_rooms() {
         })
         .map(|(k, _)| k.clone())
         .collect();
-    for krate in [".", "tiff", "geo", "stac", "render"] {
+    for krate in [".", "cpu", "tiff", "geo", "stac", "render"] {
         let deps = normal_dependencies(&server().join(krate).join("Cargo.toml"));
         for c in &client_crates {
             assert!(

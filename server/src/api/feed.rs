@@ -208,10 +208,11 @@ impl Feed for FeedService {
             world = job.share.world
         );
         tracing::info!(parent: &span, batches = job.batch_count(), cursor = job.share.cursor, "stream opened");
-        let lease = StreamLease::new(
-            Box::new((global, caller_slot, job_slot, memory)),
-            connections::connection(&r),
-        );
+        // The stream's CPU share and what it holds: slots and memory go back when the
+        // stream has ended *and* the last of its CPU work has (see cogfeed-cpu).
+        let tenant = cogfeed_cpu::Tenant::new(caller.name());
+        tenant.hold(Box::new((global, caller_slot, job_slot, memory)));
+        let lease = StreamLease::new(Box::new(tenant.clone()), connections::connection(&r));
         let queue = Arc::new(StreamQueue::new(
             self.metrics.clone(),
             labels.clone(),
@@ -221,9 +222,9 @@ impl Feed for FeedService {
         ));
         let (tx, rx) = mpsc::channel(self.limits.stream_queue_batches);
         let observer: Arc<dyn QueueObserver> = queue.clone();
-        tokio::spawn(tracing::Instrument::instrument(
-            pipeline::run(job, self.tiles.clone(), tx, Some(observer)),
-            span.clone(),
+        tokio::spawn(cogfeed_cpu::scope(
+            tenant,
+            tracing::Instrument::instrument(pipeline::run(job, self.tiles.clone(), tx, Some(observer)), span.clone()),
         ));
         let stream = MeteredStream::new(
             rx,

@@ -64,7 +64,7 @@ pub enum Depth {
 /// budget until its output is taken.
 struct Load<T> {
     task: JoinHandle<(T, Duration)>,
-    _budget: Option<Reservation>,
+    budget: Option<Reservation>,
 }
 
 impl<T> Future for Load<T> {
@@ -77,6 +77,13 @@ impl<T> Future for Load<T> {
 impl<T> Drop for Load<T> {
     fn drop(&mut self) {
         self.task.abort();
+        // Dropped unfinished (the stream went away): CPU work of the load may still be
+        // running, so its memory stays reserved by the stream's tenant until that ends.
+        if !self.task.is_finished()
+            && let (Some(budget), Some(tenant)) = (self.budget.take(), cogfeed_cpu::current())
+        {
+            tenant.hold(Box::new(budget));
+        }
     }
 }
 
@@ -187,12 +194,17 @@ where
                 _ => None,
             };
             let Some(load) = self.loads.next() else { break };
-            let task = tokio::spawn(async move {
+            let timed = async move {
                 let start = Instant::now();
                 let out = load.await;
                 (out, start.elapsed())
-            });
-            self.pending.push_back(Load { task, _budget: permit });
+            };
+            // The load's CPU work counts to the stream's tenant.
+            let task = match cogfeed_cpu::current() {
+                Some(tenant) => tokio::spawn(cogfeed_cpu::scope(tenant, timed)),
+                None => tokio::spawn(timed),
+            };
+            self.pending.push_back(Load { task, budget: permit });
         }
     }
 

@@ -494,8 +494,24 @@ pub trait QueueObserver: Send + Sync {
     fn skipped(&self, sample: &Skipped, error: &Error);
 }
 
-/// Runs the stream: sends each batch (or the error that ended it) into `tx`.
+/// Runs the stream: sends each batch (or the error that ended it) into `tx`. When the
+/// receiver goes away (the client left) everything in flight is dropped at once: loads are
+/// aborted and CPU work queued for them is never started.
 pub async fn run(
+    job: StreamJob,
+    cache: Arc<dyn TileSource>,
+    tx: mpsc::Sender<Result<BatchOut, Error>>,
+    queue: Option<Arc<dyn QueueObserver>>,
+) {
+    let closed = tx.clone();
+    tokio::select! {
+        () = produce(job, cache, tx, queue) => {}
+        () = closed.closed() => {}
+    }
+}
+
+/// The body of [`run`].
+async fn produce(
     job: StreamJob,
     cache: Arc<dyn TileSource>,
     tx: mpsc::Sender<Result<BatchOut, Error>>,

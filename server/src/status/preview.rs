@@ -80,7 +80,11 @@ pub async fn png(state: &StatusState, permits: &Semaphore, dataset: &str, seed: 
         .await?;
     let ds = admitted.job.dataset.clone();
     let (tx, mut rx) = mpsc::channel(1);
-    tokio::spawn(pipeline::run(admitted.job, state.tiles.clone(), tx, None));
+    // Previews share the CPU pool as one caller of their own.
+    tokio::spawn(cogfeed_cpu::scope(
+        cogfeed_cpu::Tenant::new("status page"),
+        pipeline::run(admitted.job, state.tiles.clone(), tx, None),
+    ));
     let batch = rx
         .recv()
         .await

@@ -222,11 +222,15 @@ impl Cog {
         on_cpu_pool(move || {
             use rayon::prelude::*;
             let lvl = &header.levels[level];
+            // Nobody waits any more (the stream ended): the remaining blocks are not decoded.
+            let probe = cogfeed_cpu::probe();
             blocks
                 .par_iter()
                 .zip(raw.par_iter())
                 .map(|(&b, data)| {
-                    if data.is_empty() {
+                    if probe.cancelled() {
+                        Err(TiffError::Internal("decode cancelled".into()))
+                    } else if data.is_empty() {
                         // Sparse block: GDAL reads it as nodata when the file has one, else 0.
                         let s = decode::block_shape(lvl, b);
                         let one = dtype::fill_bytes(lvl.dtype, header.geo.nodata_value().unwrap_or(0.0));
@@ -277,16 +281,12 @@ fn header_fetch_range(src: &SparseBytes, need: Range<u64>, prefix_bytes: u64) ->
     }
 }
 
-/// Runs CPU-bound work on rayon's pool without blocking the async reactor. A panic in the
-/// work (a bug) comes back as an internal error instead of taking the process down.
+/// Runs CPU-bound work on the daemon's fair CPU pool (`cogfeed-cpu`) without blocking the
+/// async reactor: accounted to the submitting stream, never started once nobody awaits it.
+/// A panic in the work (a bug) comes back as an internal error instead of taking the
+/// process down.
 pub async fn on_cpu_pool<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> TiffResult<T> {
-    let (tx, rx) = futures::channel::oneshot::channel();
-    rayon::spawn(move || {
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
-        let _ = tx.send(result);
-    });
-    match rx.await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(_)) | Err(_) => Err(TiffError::Internal("decoder task failed".into())),
-    }
+    cogfeed_cpu::run(work)
+        .await
+        .map_err(|_| TiffError::Internal("decoder task failed".into()))
 }
