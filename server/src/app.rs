@@ -181,6 +181,20 @@ impl App {
         use axum::http::{HeaderMap, StatusCode, header};
         use axum::response::IntoResponse;
         use axum::routing::get;
+        let open_to = listener.local_addr().ok().filter(|a| !a.ip().is_loopback());
+        if self.auth.status_closed() {
+            tracing::warn!(
+                "[auth] required = true and no auth.metrics_token_sha256: the status page, previews and /metrics refuse every request (only /healthz and /readyz answer)"
+            );
+        } else if let Some(addr) = open_to
+            && !self.auth.required()
+            && self.config.auth.metrics_token_sha256.is_none()
+        {
+            tracing::warn!(
+                %addr,
+                "the status page, its previews and /metrics answer anyone who can reach this address: set auth.metrics_token_sha256 or bind the metrics listener to loopback"
+            );
+        }
         let metrics = self.metrics.clone();
         let auth = self.auth.clone();
         let ready = self.metrics.clone();
@@ -195,6 +209,9 @@ impl App {
                     async move {
                         m.memory_reserved_bytes.set(reserved as i64);
                         let token = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+                        if auth.status_closed() {
+                            return crate::status::closed();
+                        }
                         if !auth.metrics_allowed(token) {
                             return (
                                 StatusCode::UNAUTHORIZED,

@@ -142,6 +142,11 @@ impl Error {
     /// The message a client may see: objects by name (never their URL or a server path),
     /// store failures without the store's own words, internal errors without detail.
     pub fn client_message(&self) -> String {
+        crate::redact::secrets(&self.unredacted_client_message()).into_owned()
+    }
+
+    /// [`Error::client_message`] before credentials are scrubbed from it.
+    fn unredacted_client_message(&self) -> String {
         match self {
             Error::Tiff { object, source } => {
                 let detail = match source {
@@ -260,6 +265,16 @@ mod tests {
             status.message(),
             "dataset demo: corrupt tile 5 (level 0): zstd: bad frame in scene_00.tif"
         );
+        // Messages that quote an href keep no credential.
+        let quoted = Error::FailedPrecondition(
+            "item a: asset b at https://u:pw@h/x.tif?sv=1&sig=S3CR3T&X-Amz-Signature=abc has no grid".into(),
+        );
+        let text = quoted.client_message();
+        assert!(
+            !text.contains("pw") && !text.contains("S3CR3T") && !text.contains("abc"),
+            "{text}"
+        );
+        assert!(text.contains("REDACTED@h/x.tif?sv=1&sig=REDACTED"), "{text}");
         let io = Error::Io {
             context: "write /etc/x".into(),
             source: std::io::Error::other("disk"),

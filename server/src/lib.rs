@@ -23,6 +23,7 @@ pub mod memory;
 pub mod metrics;
 pub mod npy;
 pub mod pipeline;
+pub mod redact;
 pub mod rng;
 pub mod sampler;
 pub mod status;

@@ -534,7 +534,8 @@ fn main() -> std::process::ExitCode {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour)
-        .with_writer(std::io::stderr);
+        // Every line is scrubbed of URL credentials and signed-URL query values.
+        .with_writer(|| cogfeed_server::redact::LogWriter);
     match cli.log_format {
         LogFormat::Pretty => logs.init(),
         LogFormat::Json => logs.json().init(),
@@ -556,7 +557,7 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // One line, with every cause: `cannot listen on 127.0.0.1:50051: address in use`.
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", cogfeed_server::redact::secrets(&format!("{e:#}")));
             std::process::ExitCode::FAILURE
         }
     }

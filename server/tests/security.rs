@@ -490,3 +490,36 @@ fn auth_config_mistakes_are_named() {
         assert!(err.contains(want), "{extra}: {err}");
     }
 }
+
+#[test]
+fn logs_and_errors_print_urls_without_their_credentials() {
+    // An object that cannot be read: the start-up log and the final error both quote it.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        r#"
+        [server]
+        listen = "127.0.0.1:0"
+        metrics_listen = "127.0.0.1:0"
+        [[datasets]]
+        name = "d"
+        scenes = ["http://alice:hunter2@127.0.0.1:9/b/x.tif?sv=1&sig=S3CR3T&X-Amz-Credential=AKIAXYZ"]
+        "#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cogfeed"))
+        .args(["serve", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("127.0.0.1:9/b/x.tif"),
+        "the object is still named: {stderr}"
+    );
+    for secret in ["hunter2", "alice", "S3CR3T", "AKIAXYZ"] {
+        assert!(!stderr.contains(secret), "{secret} in the log: {stderr}");
+    }
+}

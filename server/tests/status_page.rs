@@ -75,6 +75,10 @@ struct Running {
 }
 
 async fn start(token: Option<&str>) -> Running {
+    start_with(token, |_| {}).await
+}
+
+async fn start_with(token: Option<&str>, adjust: impl FnOnce(&mut Config)) -> Running {
     let dir = tempfile::tempdir().unwrap();
     cogfeed_server::demo::write_demo(dir.path()).unwrap();
     cogfeed_server::demo::stac::write_stac_demo(&dir.path().join("stac")).unwrap();
@@ -83,6 +87,7 @@ async fn start(token: Option<&str>) -> Running {
     if let Some(t) = token {
         config.auth.metrics_token_sha256 = Some(hex::encode(sha2::Sha256::digest(t.as_bytes())));
     }
+    adjust(&mut config);
     let app = App::build(config).await.unwrap();
     let grpc_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let http_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -285,4 +290,70 @@ async fn the_page_and_its_pictures_need_the_metrics_token() {
     // The token is never echoed into the page.
     let html = get(d.http, "/", Some("Bearer ops-secret")).await.body;
     assert!(!String::from_utf8(html).unwrap().contains("ops-secret"));
+}
+
+fn sha(t: &str) -> String {
+    hex::encode(sha2::Sha256::digest(t.as_bytes()))
+}
+
+/// Tokens required: `alpha` reads `demo` only.
+fn secured(c: &mut Config) {
+    c.auth.required = true;
+    c.auth.tokens = vec![cogfeed_server::config::TokenConfig {
+        sha256: sha("alpha"),
+        datasets: vec!["demo".into()],
+        name: Some("alpha".into()),
+        max_streams: None,
+        requests_per_second: None,
+    }];
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previews_are_data_and_honour_dataset_scopes() {
+    let d = start_with(Some("ops-secret"), secured).await;
+    let basic = |up: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(up));
+    let demo = "/preview.png?dataset=demo";
+    let series = "/preview.png?dataset=demo-series";
+    // A data token previews what it may read, as Bearer or as the Basic password.
+    let ok = get(d.http, demo, Some("Bearer alpha")).await;
+    assert_eq!(ok.status, 200);
+    png_size(&ok.body);
+    assert_eq!(get(d.http, demo, Some(&basic("me:alpha"))).await.status, 200);
+    let denied = get(d.http, series, Some("Bearer alpha")).await;
+    assert_eq!(denied.status, 403, "{}", String::from_utf8_lossy(&denied.body));
+    // The metrics token sees the page but, with tokens required, previews nothing unless
+    // auth.metrics_datasets says so.
+    assert_eq!(get(d.http, "/", Some("Bearer ops-secret")).await.status, 200);
+    assert_eq!(get(d.http, demo, Some("Bearer ops-secret")).await.status, 403);
+    assert_eq!(get(d.http, demo, None).await.status, 401);
+    assert_eq!(get(d.http, "/", Some("Bearer alpha")).await.status, 401);
+    assert_eq!(get(d.http, "/metrics", None).await.status, 401);
+    let scoped = start_with(Some("ops-secret"), |c| {
+        secured(c);
+        c.auth.metrics_datasets = Some(vec!["demo-series".into()]);
+    })
+    .await;
+    assert_eq!(get(scoped.http, series, Some("Bearer ops-secret")).await.status, 200);
+    assert_eq!(get(scoped.http, demo, Some("Bearer ops-secret")).await.status, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_required_without_a_metrics_token_close_the_listener() {
+    let d = start_with(None, secured).await;
+    for (path, auth) in [
+        ("/", None),
+        ("/", Some("Bearer alpha")),
+        ("/preview.png?dataset=demo", None),
+        ("/preview.png?dataset=demo", Some("Bearer alpha")),
+        ("/metrics", None),
+    ] {
+        let r = get(d.http, path, auth).await;
+        assert_eq!(r.status, 403, "{path} {auth:?}");
+        assert!(
+            String::from_utf8_lossy(&r.body).contains("auth.metrics_token_sha256"),
+            "{path}: says why"
+        );
+    }
+    // The probes still answer.
+    assert_eq!(get(d.http, "/healthz", None).await.status, 200);
 }

@@ -132,6 +132,19 @@ pub struct Auth {
     anonymous_rest: Principal,
     anonymous_limits: (usize, u32, u64),
     metrics: Option<[u8; 32]>,
+    /// What the metrics token may preview on the status page.
+    metrics_scope: Scope,
+}
+
+/// Why the status listener refuses a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusRefusal {
+    /// No (valid) credentials: 401, ask for them.
+    Unauthenticated,
+    /// Valid credentials that may not see this: 403.
+    Forbidden,
+    /// `auth.required` without a metrics token: the listener serves nobody (403).
+    Closed,
 }
 
 impl Auth {
@@ -164,8 +177,15 @@ impl Auth {
             Some(h) => Some(digest(h, "auth.metrics_token_sha256")?),
             None => None,
         };
+        let metrics_scope = match &config.metrics_datasets {
+            Some(d) if d.iter().any(|d| d == "*") => Scope::All,
+            Some(d) => Scope::Only(d.iter().cloned().collect()),
+            None if config.required => Scope::Only(HashSet::new()),
+            None => Scope::All,
+        };
         Ok(Self {
             required: config.required,
+            metrics_scope,
             tokens,
             anonymous: Mutex::new(HashMap::new()),
             anonymous_rest: Principal::new(
@@ -244,10 +264,16 @@ impl Auth {
         Ok(principal)
     }
 
+    /// Whether the status listener serves nobody: tokens are required and no metrics
+    /// token is set (warned at start-up).
+    pub fn status_closed(&self) -> bool {
+        self.required && self.metrics.is_none()
+    }
+
     /// Whether a `/metrics` request with `authorization` may read the metrics.
     pub fn metrics_allowed(&self, authorization: Option<&[u8]>) -> bool {
         let Some(want) = &self.metrics else {
-            return true;
+            return !self.required;
         };
         let Some(token) = authorization.and_then(|h| bearer(h).ok()) else {
             return false;
@@ -256,24 +282,59 @@ impl Auth {
         constant_time_eq(want, &got)
     }
 
+    /// The token of a status-listener `authorization` header: `Bearer <token>`, or the
+    /// password of HTTP Basic (any user name), which browsers ask for once and then send
+    /// with the page's images too.
+    fn status_token(authorization: &[u8]) -> Option<Vec<u8>> {
+        basic_password(authorization).or_else(|| bearer(authorization).ok().map(<[u8]>::to_vec))
+    }
+
     /// Whether a status-page request with `authorization` may see the page: the metrics
-    /// token as `Bearer <token>`, or as the password of HTTP Basic (any user name), which
-    /// browsers ask for once and then send with the page's images too.
+    /// token (see [`Auth::status_token`]); anyone when no metrics token is set and tokens
+    /// are not required; nobody when tokens are required and no metrics token is set.
     pub fn status_allowed(&self, authorization: Option<&[u8]>) -> bool {
         if self.metrics.is_none() {
-            return true;
+            return !self.required;
         }
-        let Some(h) = authorization else {
+        let Some(token) = authorization.and_then(Self::status_token) else {
             return false;
         };
-        match basic_password(h) {
-            Some(password) => {
-                let mut header = b"Bearer ".to_vec();
-                header.extend_from_slice(&password);
-                self.metrics_allowed(Some(&header))
-            }
-            None => self.metrics_allowed(Some(h)),
+        let mut header = b"Bearer ".to_vec();
+        header.extend_from_slice(&token);
+        self.metrics_allowed(Some(&header))
+    }
+
+    /// Whether `authorization` may preview `dataset` (a preview is data): a data token
+    /// brings its own dataset scopes; the metrics token has `auth.metrics_datasets`;
+    /// without a token, only an open daemon (no token required, no metrics token) answers.
+    pub fn preview_allowed(&self, authorization: Option<&[u8]>, dataset: &str) -> Result<(), StatusRefusal> {
+        if self.status_closed() {
+            return Err(StatusRefusal::Closed);
         }
+        let Some(token) = authorization.and_then(Self::status_token) else {
+            return if self.metrics.is_none() && !self.required {
+                Ok(())
+            } else {
+                Err(StatusRefusal::Unauthenticated)
+            };
+        };
+        let mut header = b"Bearer ".to_vec();
+        header.extend_from_slice(&token);
+        if let Ok(principal) = self.authenticate(Some(&header), None) {
+            return if principal.may_read(dataset) {
+                Ok(())
+            } else {
+                Err(StatusRefusal::Forbidden)
+            };
+        }
+        if self.metrics.is_some() && self.metrics_allowed(Some(&header)) {
+            let allowed = match &self.metrics_scope {
+                Scope::All => true,
+                Scope::Only(d) => d.contains(dataset),
+            };
+            return if allowed { Ok(()) } else { Err(StatusRefusal::Forbidden) };
+        }
+        Err(StatusRefusal::Unauthenticated)
     }
 
     /// A tonic interceptor: authenticates and rate-limits every call, and attaches the
@@ -445,8 +506,85 @@ mod tests {
                 },
             ],
             metrics_token_sha256: Some(sha("scrape")),
+            metrics_datasets: None,
         };
         Auth::new(&config, &LimitsConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn previews_honour_dataset_scopes() {
+        use StatusRefusal::*;
+        use base64::Engine;
+        let basic = |up: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(up));
+        let a = auth(true);
+        // A data token brings its scopes, as Bearer or as a Basic password.
+        assert_eq!(a.preview_allowed(Some(b"Bearer alpha-secret"), "demo"), Ok(()));
+        assert_eq!(a.preview_allowed(Some(b"Bearer alpha-secret"), "other"), Err(Forbidden));
+        assert_eq!(
+            a.preview_allowed(Some(basic("u:alpha-secret").as_bytes()), "other"),
+            Err(Forbidden)
+        );
+        assert_eq!(
+            a.preview_allowed(Some(basic("u:root-secret").as_bytes()), "other"),
+            Ok(())
+        );
+        // With tokens required the metrics token previews nothing unless told which.
+        assert_eq!(a.preview_allowed(Some(b"Bearer scrape"), "demo"), Err(Forbidden));
+        assert_eq!(a.preview_allowed(None, "demo"), Err(Unauthenticated));
+        assert_eq!(a.preview_allowed(Some(b"Bearer nope"), "demo"), Err(Unauthenticated));
+        let scoped = Auth::new(
+            &AuthConfig {
+                required: true,
+                tokens: vec![TokenConfig {
+                    sha256: sha("alpha-secret"),
+                    datasets: vec!["demo".into()],
+                    name: None,
+                    max_streams: None,
+                    requests_per_second: None,
+                }],
+                metrics_token_sha256: Some(sha("scrape")),
+                metrics_datasets: Some(vec!["demo".into()]),
+            },
+            &LimitsConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(scoped.preview_allowed(Some(b"Bearer scrape"), "demo"), Ok(()));
+        assert_eq!(scoped.preview_allowed(Some(b"Bearer scrape"), "other"), Err(Forbidden));
+        // Tokens required and no metrics token: the status listener serves nobody.
+        let closed = Auth::new(
+            &AuthConfig {
+                metrics_token_sha256: None,
+                ..scoped_config()
+            },
+            &LimitsConfig::default(),
+        )
+        .unwrap();
+        assert!(closed.status_closed());
+        assert!(!closed.status_allowed(None));
+        assert!(!closed.metrics_allowed(None));
+        assert_eq!(
+            closed.preview_allowed(Some(b"Bearer alpha-secret"), "demo"),
+            Err(Closed)
+        );
+        // Open daemon: anyone sees the page, the metrics and every preview.
+        let open = Auth::new(&AuthConfig::default(), &LimitsConfig::default()).unwrap();
+        assert!(open.status_allowed(None) && open.metrics_allowed(None));
+        assert_eq!(open.preview_allowed(None, "anything"), Ok(()));
+    }
+
+    fn scoped_config() -> AuthConfig {
+        AuthConfig {
+            required: true,
+            tokens: vec![TokenConfig {
+                sha256: sha("alpha-secret"),
+                datasets: vec!["demo".into()],
+                name: None,
+                max_streams: None,
+                requests_per_second: None,
+            }],
+            metrics_token_sha256: Some(sha("scrape")),
+            metrics_datasets: None,
+        }
     }
 
     #[test]

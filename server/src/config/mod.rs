@@ -120,9 +120,15 @@ pub struct AuthConfig {
     pub required: bool,
     #[serde(default)]
     pub tokens: Vec<TokenConfig>,
-    /// Hex SHA-256 of the bearer token `/metrics` requires (None = open).
+    /// Hex SHA-256 of the bearer token `/metrics` and the status page require (None:
+    /// open, unless `required` is set, which then closes the whole status listener).
     #[serde(default)]
     pub metrics_token_sha256: Option<String>,
+    /// Datasets the metrics token may preview on the status page (a preview is data);
+    /// `"*"` = all. Default: all when `required` is false, none when it is true. A data
+    /// token presented to `/preview.png` always brings its own scopes.
+    #[serde(default)]
+    pub metrics_datasets: Option<Vec<String>>,
 }
 
 /// `[[auth.tokens]]`: one bearer token.
@@ -612,6 +618,11 @@ impl Config {
             }
             if t.max_streams == Some(0) || t.requests_per_second == Some(0) {
                 return bad(format!("auth.tokens #{n}: limits must be at least 1"));
+            }
+        }
+        for d in a.metrics_datasets.iter().flatten() {
+            if d != "*" && !self.datasets.iter().any(|x| &x.name == d) {
+                return bad(format!("auth.metrics_datasets: unknown dataset {d:?}"));
             }
         }
         Ok(())

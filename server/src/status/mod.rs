@@ -1,7 +1,10 @@
 //! The status page on the metrics listener: `/` (datasets, footprint map, live streams,
 //! cache and store figures) and `/preview.png?dataset=NAME[&seed=N]` (one batch drawn as a
-//! PNG). Both need the metrics token when `[auth]` sets one: as a bearer token, or as the
-//! password of HTTP Basic, which a browser asks for once and then sends for the images.
+//! PNG). The page needs the metrics token when `[auth]` sets one: as a bearer token, or as
+//! the password of HTTP Basic, which a browser asks for once and then sends for the images.
+//! A preview is data: its credentials must cover the dataset (a data token's scopes, or
+//! `auth.metrics_datasets` for the metrics token). With tokens required and no metrics
+//! token the whole listener but the probes is closed. Errors read as a gRPC client's do.
 
 pub mod map;
 pub mod page;
@@ -15,7 +18,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::api::auth::Auth;
+use crate::api::auth::{Auth, StatusRefusal};
 use crate::api::live::LiveStreams;
 use crate::config::LimitsConfig;
 use crate::dataset::Catalog;
@@ -63,10 +66,42 @@ fn unauthorized() -> Response {
         .into_response()
 }
 
-fn allowed(state: &StatusState, headers: &HeaderMap) -> bool {
-    state
+/// 403 for the whole listener: tokens are required and no metrics token is set.
+pub fn closed() -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        "the status listener is closed: [auth] required = true and no auth.metrics_token_sha256 is set\n",
+    )
+        .into_response()
+}
+
+/// The refusal of the page (None: allowed).
+fn refusal(state: &StatusState, headers: &HeaderMap) -> Option<Response> {
+    if state.auth.status_closed() {
+        return Some(closed());
+    }
+    let allowed = state
         .auth
-        .status_allowed(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
+        .status_allowed(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()));
+    (!allowed).then(unauthorized)
+}
+
+/// The refusal of a preview of `dataset` (None: allowed): a preview is data, so the
+/// credentials must cover the dataset (see `Auth::preview_allowed`).
+fn preview_refusal(state: &StatusState, headers: &HeaderMap, dataset: &str) -> Option<Response> {
+    let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    match state.auth.preview_allowed(authorization, dataset) {
+        Ok(()) => None,
+        Err(StatusRefusal::Closed) => Some(closed()),
+        Err(StatusRefusal::Unauthenticated) => Some(unauthorized()),
+        Err(StatusRefusal::Forbidden) => Some(
+            (
+                StatusCode::FORBIDDEN,
+                "these credentials may not read this dataset (a preview is data: present a token whose datasets include it)\n",
+            )
+                .into_response(),
+        ),
+    }
 }
 
 /// The routes, to merge into the metrics listener's router.
@@ -79,8 +114,8 @@ pub fn routes(state: StatusState) -> axum::Router {
             get(move |headers: HeaderMap, Query(q): Query<HashMap<String, String>>| {
                 let state = page_app.clone();
                 async move {
-                    if !allowed(&state, &headers) {
-                        return unauthorized();
+                    if let Some(refused) = refusal(&state, &headers) {
+                        return refused;
                     }
                     let refresh = q
                         .get("refresh")
@@ -103,13 +138,16 @@ pub fn routes(state: StatusState) -> axum::Router {
                 let state = state.clone();
                 let permits: Arc<_> = permits.clone();
                 async move {
-                    if !allowed(&state, &headers) {
-                        return unauthorized();
-                    }
                     let Some(dataset) = q.get("dataset") else {
+                        if let Some(refused) = refusal(&state, &headers) {
+                            return refused;
+                        }
                         return (StatusCode::BAD_REQUEST, "name a dataset: /preview.png?dataset=NAME\n")
                             .into_response();
                     };
+                    if let Some(refused) = preview_refusal(&state, &headers, dataset) {
+                        return refused;
+                    }
                     let seed = q.get("seed").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
                     match preview::png(&state, &permits, dataset, seed).await {
                         Ok(png) => (
@@ -125,7 +163,12 @@ pub fn routes(state: StatusState) -> axum::Router {
                                 ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
                                 _ => StatusCode::INTERNAL_SERVER_ERROR,
                             };
-                            (status, format!("{e}\n")).into_response()
+                            // What a gRPC client would read: object names, never URLs,
+                            // credentials or the store's own words (the detail is logged).
+                            if status == StatusCode::INTERNAL_SERVER_ERROR {
+                                tracing::warn!(dataset = %dataset, error = %e, "preview failed");
+                            }
+                            (status, format!("{}\n", e.client_message())).into_response()
                         }
                     }
                 }
