@@ -11,11 +11,22 @@ it; then the tile is blended, compressed and appended to the spool, and its 2 x 
 quarter waits for its siblings to make the overview tile above it. With a grid stream
 (scenes, then rows, then columns) the open tiles are those of the rows of tiles that one row
 of windows spans: at most ceil(patch / tile_size) + 1 rows of them.
+
+Output paths: only a missing path or a regular file is written (replaced); anything else at
+an output path (a directory, a FIFO, a device, a socket, or a symbolic link, whatever it
+points to) is refused with an `InvalidRequest` and left alone (`check_target`). Two scenes
+mapped to one path are refused when the second one's first window arrives.
+
+Non-finite predictions (NaN, +inf, -inf) are left out of the blend, band by band and pixel
+by pixel (their weight does not count either): a pixel keeps what the finite values over it
+give, and is NaN (nodata) where none arrived, like a pixel that no window covered.
 """
 
+import contextlib
 import math
 import os
 import re
+import stat
 import tempfile
 import warnings
 import weakref
@@ -24,6 +35,7 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 
 from . import _cog
+from ._errors import InvalidRequest
 
 #: Blend modes: "mean" (weight 1), "cosine" (sin² taper from each window's centre to its
 #: edges) and "center" (each pixel from the window whose centre is nearest, no mixing).
@@ -47,6 +59,42 @@ def scene_stem(name):
     return re.sub(r"\.tiff?$", "", name, flags=re.IGNORECASE).replace("/", "_").replace("\\", "_")
 
 
+def _kind(mode):
+    """What a file of st_mode `mode` is, in words."""
+    for test, name in ((stat.S_ISREG, "regular file"), (stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "fifo"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISLNK, "symbolic link")):
+        if test(mode):
+            return name
+    return f"file of mode {mode:o}"
+
+
+def check_target(path: str) -> None:
+    """Raises `InvalidRequest` unless `path` is missing or a regular file (not followed).
+
+    Writing an output renames a finished file over its path: what is there is replaced, not
+    written through. That is right for an older output, and wrong for anything else: a
+    directory, a FIFO, a device (as root, /dev/full would go), a socket. Symbolic links are
+    refused too, whatever they point to: the rename would replace the link itself and leave
+    its target as it was, which is not what a link there asks for. Parent directories may
+    be links. The message names the path and what is there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    what = _kind(mode)
+    if stat.S_ISLNK(mode):
+        try:
+            what = f"symbolic link to a {_kind(os.stat(path).st_mode)}"
+        except FileNotFoundError:
+            what = "dangling symbolic link"
+        except OSError as e:  # a loop, a target it may not reach
+            what = f"symbolic link ({e.strerror})"
+    raise InvalidRequest(f"output path {path!r} is a {what}, not a regular file: refusing to replace it")
+
+
 def _touching(count, step, span, size, tile_size):
     """Per tile along an axis: how many of the `count` windows (starting every `step`
     output pixels, `span` wide) touch it. Every grid window starts inside the output: its
@@ -58,36 +106,61 @@ def _touching(count, step, span, size, tile_size):
 
 
 class _Weighted:
-    """Σ w·p and Σ w over one tile (blends "mean" and "cosine")."""
+    """Σ w·p and Σ w over one tile (blends "mean" and "cosine"), over finite values only.
+
+    Σ w is one plane [h, w] while every value is finite; the first non-finite value makes it
+    one per band [K, h, w] (its weight counts in none of the band's sums)."""
 
     def __init__(self, bands, height, width):
         self.num = np.zeros((bands, height, width))
         self.den = np.zeros((height, width))
 
     def add(self, ys, xs, pred, weight, r0, c0):
-        self.num[:, ys, xs] += weight * pred
-        self.den[ys, xs] += weight
+        finite = np.isfinite(pred)
+        if finite.all():
+            self.num[:, ys, xs] += weight * pred
+            self.den[..., ys, xs] += weight
+            return
+        if self.den.ndim == 2:
+            self.den = np.repeat(self.den[None], self.num.shape[0], axis=0)
+        self.num[:, ys, xs] += weight * np.where(finite, pred, 0)
+        self.den[:, ys, xs] += weight * finite
 
     def values(self):
         out = np.full(self.num.shape, np.nan)
-        covered = self.den > 0
-        out[:, covered] = self.num[:, covered] / self.den[covered]
+        den = np.broadcast_to(self.den, self.num.shape)
+        covered = den > 0
+        out[covered] = self.num[covered] / den[covered]
         return out.astype(np.float32)
 
 
 class _Center:
     """Per pixel, the prediction of the window with the smallest (2 x Chebyshev distance to
-    its centre, origin row, origin column) (blend "center")."""
+    its centre, origin row, origin column) (blend "center"), among the windows whose value
+    there is finite.
+
+    The key is one per pixel [3, h, w] while every value is finite; the first non-finite
+    value makes it one per band and pixel [3, K, h, w] (a band's non-finite value is skipped)."""
 
     def __init__(self, bands, height, width):
         self.value = np.full((bands, height, width), np.nan)
         self.key = np.full((3, height, width), np.iinfo(np.int64).max, dtype=np.int64)
 
     def add(self, ys, xs, pred, distance, r0, c0):
-        d, r, c = self.key[:, ys, xs]
-        better = (distance < d) | ((distance == d) & ((r0 < r) | ((r0 == r) & (c0 < c))))
+        finite = np.isfinite(pred)
+        if self.key.ndim == 3 and finite.all():
+            d, r, c = self.key[:, ys, xs]
+            better = (distance < d) | ((distance == d) & ((r0 < r) | ((r0 == r) & (c0 < c))))
+            d[better], r[better], c[better] = distance[better], r0, c0
+            self.value[:, ys, xs][:, better] = pred[:, better]
+            return
+        if self.key.ndim == 3:
+            self.key = np.repeat(self.key[:, None], self.value.shape[0], axis=1)
+        d, r, c = self.key[:, :, ys, xs]
+        distance = np.broadcast_to(distance, d.shape)
+        better = finite & ((distance < d) | ((distance == d) & ((r0 < r) | ((r0 == r) & (c0 < c)))))
         d[better], r[better], c[better] = distance[better], r0, c0
-        self.value[:, ys, xs][:, better] = pred[:, better]
+        self.value[:, ys, xs][better] = pred[better]
 
     def values(self):
         return self.value.astype(np.float32)
@@ -209,10 +282,26 @@ class _Scene:
         return missing
 
     def write(self):
-        """Assembles the COG from the spool (every tile finished) and removes the spool."""
+        """Assembles the COG from the spool (every tile finished) and removes the spool.
+
+        The file is assembled under a hidden name next to the output, then renamed over it;
+        `check_target` runs before and again right before that rename (what is at the path
+        may have changed meanwhile). On any failure the staged file goes too."""
+        staged = None
         try:
-            _cog.write_cog(self.path, self.sizes, self.bands, self.tile_size, self.blocks, self.spool,
+            check_target(self.path)
+            fd, staged = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(self.path)),
+                                          prefix=f".{os.path.basename(self.path)}.", suffix=".tmp")
+            os.close(fd)
+            _cog.write_cog(staged, self.sizes, self.bands, self.tile_size, self.blocks, self.spool,
                            self.geotransform, self.epsg)
+            check_target(self.path)
+            os.replace(staged, self.path)
+        except BaseException:
+            if staged is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(staged)
+            raise
         finally:
             self.drop()
         return self.path
@@ -237,8 +326,13 @@ class Stitcher:
     pixels), and predictions are patch_size·f pixels square.
 
     `out`: the output path; "{scene}" in it is replaced by the scene's name (see
-    `scene_stem`), which is required as soon as a second scene arrives. `blend`: "mean",
-    "cosine" or "center" (see `BLENDS`). `tile_size`: a multiple of 16.
+    `scene_stem`), which is required as soon as a second scene arrives; two scenes with one
+    path are refused (ValueError) when the second one's first window arrives. An output path
+    may be missing or a regular file (replaced when the scene is written); anything else
+    there, a symbolic link included, is refused with an `InvalidRequest` and left alone: at
+    construction (`out` without placeholder), as a scene opens, and right before its file
+    is renamed into place (`check_target`). `blend`: "mean", "cosine" or "center" (see
+    `BLENDS`). `tile_size`: a multiple of 16.
 
     `add(batch, preds)` takes a `Batch` (or its windows array [B, 7]) and predictions
     [B, K, h, w] (any real dtype; numpy or anything `np.asarray` takes). A scene's file is
@@ -247,9 +341,13 @@ class Stitcher:
     paths written, by scene. Used as a context manager it finishes on a clean exit and
     drops its temporary files on an exception.
 
-    Files: K float32 bands, `tile_size` tiles, DEFLATE, nodata NaN (pixels no window
-    covered), overviews down to one tile (2 x 2 means of the non-NaN pixels); BigTIFF only
-    beyond 4 GiB (see `cogfeed._cog`). Spools are hidden temporary files next to each output.
+    Non-finite predictions (NaN, +inf, -inf) are left out of the blend, band by band and pixel
+    by pixel: a pixel keeps what the finite values over it give, NaN where there were none.
+
+    Files: K float32 bands, `tile_size` tiles, DEFLATE, nodata NaN (pixels no finite
+    prediction covered), overviews down to one tile (2 x 2 means of the non-NaN pixels);
+    BigTIFF only beyond 4 GiB (see `cogfeed._cog`). Spools and staged files are hidden
+    temporary files next to each output.
     """
 
     def __init__(self, info: Any, *, out: Union[str, "os.PathLike[str]"], layer: str = "image", blend: str = "cosine",
@@ -267,6 +365,8 @@ class Stitcher:
         if not isinstance(level, (int, np.integer)) or level < 0:
             raise ValueError(f"level must be a non-negative integer, got {level!r}")
         self.info, self.out = info, os.fspath(out)
+        if PLACEHOLDER not in self.out:
+            check_target(self.out)
         self.layer, self.blend = layer, blend
         self.patch_size, self.stride, self.level = int(patch_size), int(stride), int(level)
         self.tile_size = int(tile_size)
@@ -351,8 +451,8 @@ class Stitcher:
             raise ValueError(f"window {window} starts past the grid of scene {scene}")
         state.add(ix, iy, pred, self._on_open)
         if state.complete:
+            del self._scenes[scene]  # written, or (a refused path) dropped with its spool
             self._written[scene] = state.write()
-            del self._scenes[scene]
 
     def _on_open(self):
         now = sum(len(s.open) for s in self._scenes.values())
@@ -369,25 +469,38 @@ class Stitcher:
             raise ValueError(f"scenes {clash[0]} and {scene} would both be written to {path!r}")
         if not self.map_space and self.level >= len(self.info.scenes[scene].levels):
             raise ValueError(f"scene {scene} has no level {self.level}")
+        check_target(path)
         state = self._scenes[scene] = _Scene(self, scene, path)
         return state
 
     def finish(self) -> List[str]:
         """Writes the scenes still open (tiles lacking windows with what they have) and
-        returns the paths written, by scene index. Calling it again returns them again."""
+        returns the paths written, by scene index. Calling it again returns them again.
+
+        A scene whose file fails (a refused output path) does not stop the others: they are
+        written, then the first failure is raised; no spool is left either way."""
         if not self._finished:
             self._finished = True
-            total = 0
-            for scene in sorted(self._scenes):
-                state = self._scenes[scene]
-                self.incomplete_tiles += state.flush()
-                total += state.done.size
-                self._written[scene] = state.write()
-            self._scenes.clear()
+            total, failures = 0, []
+            try:
+                for scene in sorted(self._scenes):
+                    state = self._scenes.pop(scene)
+                    try:
+                        self.incomplete_tiles += state.flush()
+                        total += state.done.size
+                        self._written[scene] = state.write()
+                    except Exception as e:
+                        failures.append(e)
+                    finally:
+                        state.drop()
+            finally:
+                self._discard()  # what an interrupt left open
             if self.incomplete_tiles:
                 warnings.warn(f"{self.incomplete_tiles} of {total} tiles of the scenes still open at finish() lacked "
                               "windows (skipped samples, max_batches, another rank's share, an interrupted "
                               "stream?): written with what arrived, NaN where nothing did", stacklevel=2)
+            if failures:
+                raise failures[0]
         return [self._written[s] for s in sorted(self._written)]
 
     def _discard(self):

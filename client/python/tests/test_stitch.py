@@ -10,6 +10,8 @@ import io
 import json
 import math
 import os
+import re
+import stat
 import subprocess
 import warnings
 
@@ -80,27 +82,34 @@ def gdal_read(tmp_path_factory):
 
 def blend_reference(origins, preds, height, width, blend):
     """The stitched image [K, height, width] float32, accumulated over the whole scene:
-    prediction p lands with its top-left corner at origin (row, col)."""
+    prediction p lands with its top-left corner at origin (row, col). Non-finite values are
+    left out, band by band (NaN where no finite value landed)."""
     bands, h, w = preds[0].shape
     if blend == "center":
         yy, xx = np.mgrid[0:height, 0:width]
-        best, value = np.full((height, width), np.inf), np.full((bands, height, width), np.nan)
+        best, value = np.full((bands, height, width), np.inf), np.full((bands, height, width), np.nan)
         # In (row, col) order, a strictly nearer centre wins: ties stay with the earlier window.
         for (r0, c0), p in sorted(zip(origins, preds), key=lambda t: t[0]):
             distance = np.maximum(np.abs(yy - (r0 + (h - 1) / 2)), np.abs(xx - (c0 + (w - 1) / 2)))
-            take = (yy >= r0) & (yy < r0 + h) & (xx >= c0) & (xx < c0 + w) & (distance < best)
-            best[take] = distance[take]
-            value[:, take] = p[:, yy[take] - r0, xx[take] - c0]
+            inside = (yy >= r0) & (yy < r0 + h) & (xx >= c0) & (xx < c0 + w)
+            for k in range(bands):  # band by band: non-finite values are skipped
+                take = inside.copy()
+                take[inside] = np.isfinite(p[k, yy[inside] - r0, xx[inside] - c0])
+                take &= distance < best[k]
+                best[k][take] = distance[take]
+                value[k][take] = p[k, yy[take] - r0, xx[take] - c0]
         return value.astype(np.float32)
-    num, den = np.zeros((bands, height, width)), np.zeros((height, width))
+    num, den = np.zeros((bands, height, width)), np.zeros((bands, height, width))
     if blend == "cosine":
         weight = np.sin(np.pi * (np.arange(h)[:, None] + 0.5) / h) ** 2 * np.sin(np.pi * (np.arange(w) + 0.5) / w) ** 2
     else:
         weight = np.ones((h, w))
     for (r0, c0), p in zip(origins, preds):
         hh, ww = min(h, height - r0), min(w, width - c0)
-        num[:, r0:r0 + hh, c0:c0 + ww] += weight[:hh, :ww] * p[:, :hh, :ww]
-        den[r0:r0 + hh, c0:c0 + ww] += weight[:hh, :ww]
+        p = p[:, :hh, :ww]
+        finite = np.isfinite(p)  # non-finite values do not count, their weight neither
+        num[:, r0:r0 + hh, c0:c0 + ww] += weight[:hh, :ww] * np.where(finite, p, 0)
+        den[:, r0:r0 + hh, c0:c0 + ww] += weight[:hh, :ww] * finite
     with np.errstate(invalid="ignore"):
         return np.where(den > 0, num / den, np.nan).astype(np.float32)
 
@@ -363,3 +372,141 @@ def test_loader_length_drives_tqdm(daemon):
     bar = tqdm(loader, file=io.StringIO())
     assert bar.total == len(loader) == 3
     assert sum(1 for _ in bar) == 3 == bar.n
+
+
+def made_up(*names, width=32, height=32):
+    """No daemon: a DatasetInfo of scenes `names`, each `width` x `height` at one level."""
+    return pb.DatasetInfo(name="made-up", scenes=[
+        pb.SceneInfo(index=i, name=n, levels=[pb.Level(width=width, height=height)],
+                     geotransform=[0.0, 1.0, 0.0, 0.0, 0.0, -1.0], crs="EPSG:32632")
+        for i, n in enumerate(names)])
+
+
+def not_regular(kind, path, elsewhere):
+    """Puts a `kind` at `path` (targets of links in the directory `elsewhere`); returns what
+    the refusal calls it."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        os.mkdir(path)
+    elif kind == "link to a fifo":
+        os.mkfifo(elsewhere / "fifo")
+        os.symlink(elsewhere / "fifo", path)
+    elif kind == "link to a file":
+        (elsewhere / "file.tif").write_bytes(b"precious")
+        os.symlink(elsewhere / "file.tif", path)
+    elif kind == "dangling link":
+        os.symlink(elsewhere / "nothing", path)
+    return {"fifo": "fifo", "directory": "directory", "link to a fifo": "symbolic link to a fifo",
+            "link to a file": "symbolic link to a regular file", "dangling link": "dangling symbolic link"}[kind]
+
+
+KINDS = ["fifo", "directory", "link to a fifo", "link to a file", "dangling link"]
+
+
+def snapshot(path):
+    """What is at `path` (not followed), to check that a refusal left it alone."""
+    st = os.lstat(path)
+    return st.st_mode, st.st_ino, (os.readlink(path) if os.path.islink(path) else None)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_target_that_is_not_a_regular_file_is_refused_up_front(tmp_path, kind):
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir(), elsewhere.mkdir()
+    what = not_regular(kind, out / "p.tif", elsewhere)
+    before = snapshot(out / "p.tif")
+    with pytest.raises(cogfeed.InvalidRequest, match=f"{re.escape(repr(str(out / 'p.tif')))} is a {what}"):
+        cogfeed.Stitcher(made_up("a.tif"), out=out / "p.tif", patch_size=32, tile_size=16)
+    # With a placeholder, the scene's path is refused when its first window arrives.
+    st = cogfeed.Stitcher(made_up("p.tif"), out=out / "{scene}.tif", patch_size=32, tile_size=16)
+    with pytest.raises(ValueError, match=f"is a {what}, not a regular file"):
+        st.add(np.array([[0, 0, 0, 32, 32, 0, 0]]), np.ones((1, 1, 32, 32)))
+    assert st.finish() == []
+    assert snapshot(out / "p.tif") == before and os.listdir(out) == ["p.tif"], "no spool, no partial file"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_target_that_becomes_not_a_regular_file_is_refused_at_the_rename(tmp_path, kind):
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir(), elsewhere.mkdir()
+    (out / "p.tif").write_bytes(b"an older output")  # a regular file is replaced
+    st = cogfeed.Stitcher(made_up("a.tif", width=64), out=out / "p.tif", blend="mean", patch_size=32, tile_size=16)
+    st.add(np.array([[0, 0, 0, 32, 32, 0, 0]]), np.ones((1, 1, 32, 32)))
+    os.unlink(out / "p.tif")
+    what = not_regular(kind, out / "p.tif", elsewhere)
+    before = snapshot(out / "p.tif")
+    with pytest.raises(cogfeed.InvalidRequest, match=f"is a {what}, not a regular file"):
+        st.add(np.array([[0, 32, 0, 32, 32, 0, 0]]), np.ones((1, 1, 32, 32)))
+    assert snapshot(out / "p.tif") == before and os.listdir(out) == ["p.tif"], "no spool, no partial file"
+    if kind == "link to a file":
+        assert (elsewhere / "file.tif").read_bytes() == b"precious"
+
+
+def test_a_regular_target_is_replaced(tmp_path):
+    (tmp_path / "p.tif").write_bytes(b"an older output")
+    with cogfeed.Stitcher(made_up("a.tif"), out=tmp_path / "p.tif", patch_size=32, tile_size=16) as st:
+        st.add(np.array([[0, 0, 0, 32, 32, 0, 0]]), np.ones((1, 1, 32, 32)))
+    assert st.finish() == [str(tmp_path / "p.tif")] and os.listdir(tmp_path) == ["p.tif"]
+    assert (tmp_path / "p.tif").read_bytes()[:4] == b"II*\0"
+
+
+def test_two_scenes_onto_one_file_are_refused(tmp_path):
+    window, pred = [0, 0, 0, 32, 32, 0, 0], np.ones((1, 1, 32, 32))
+    # "{scene}" gives both the same stem: the second scene is refused before it opens, the
+    # first one's file stays as written.
+    st = cogfeed.Stitcher(made_up("x/y.tif", "x_y.TIFF"), out=tmp_path / "{scene}.tif", patch_size=32, tile_size=16)
+    st.add(np.array([window]), pred)
+    written = (tmp_path / "x_y.tif").read_bytes()
+    clash = f"scenes 0 and 1 would both be written to {str(tmp_path / 'x_y.tif')!r}"
+    with pytest.raises(ValueError, match=re.escape(clash)):
+        st.add(np.array([[1, *window[1:]]]), pred * 2)
+    assert st.finish() == [str(tmp_path / "x_y.tif")] and (tmp_path / "x_y.tif").read_bytes() == written
+    assert os.listdir(tmp_path) == ["x_y.tif"]
+    # No placeholder: the second scene to arrive is refused, naming both.
+    st = cogfeed.Stitcher(made_up("a.tif", "b.tif"), out=tmp_path / "one.tif", patch_size=32, tile_size=16)
+    st.add(np.array([[1, *window[1:]]]), pred)
+    with pytest.raises(ValueError, match=r"scenes 1 and 0 arrive but out=.*one\.tif.* no '\{scene\}' placeholder"):
+        st.add(np.array([window]), pred)
+    assert sorted(os.listdir(tmp_path)) == ["one.tif", "x_y.tif"]
+
+
+@pytest.mark.parametrize("blend", ["mean", "cosine", "center"])
+def test_non_finite_predictions_do_not_erase_finite_ones(gdal_read, tmp_path, blend):
+    """Two windows overlap over half of each. The first is non-finite (NaN, +inf, -inf) in
+    band 0 but where its quarter is finite; band 1 is finite everywhere, in both windows."""
+    windows = np.array([[0, 0, 0, 32, 32, 0, 0], [0, 16, 0, 32, 32, 0, 0]])
+    preds = np.stack([np.ones((2, 32, 32)), np.full((2, 32, 32), 5.0)])
+    preds[1, 1] = 3.0
+    preds[0, 0, :8], preds[0, 0, 8:16], preds[0, 0, 16:] = np.nan, np.inf, -np.inf
+    preds[0, 0, 24:, 24:] = 7.0  # a finite part, in the overlap
+    st = cogfeed.Stitcher(made_up("a.tif", width=48), out=tmp_path / "p.tif", blend=blend, patch_size=32, stride=16,
+                          tile_size=16)
+    st.add(windows, preds)
+    assert st.incomplete_tiles == 0 and os.listdir(tmp_path) == ["p.tif"]
+    (r,) = gdal_read([tmp_path / "p.tif"])
+    expected = blend_reference([(0, 0), (0, 16)], list(preds), 32, 48, blend)
+    got = r["levels"][0]
+    assert_pixels(got, expected)
+    # Band 0: the second window's 5 where it is the only finite one, NaN (nodata) where no
+    # finite value landed; the finite quarter of the first blends as usual.
+    assert np.isnan(got[0, :, :16]).all() and np.isfinite(got[0, :, 16:]).all() and np.isfinite(got[1]).all()
+    assert (got[0, :24, 16:] == 5).all() and (got[0, 24:, 16:24] == 5).all() and (got[0, :, 32:] == 5).all()
+    # Band 1 is what it is without band 0.
+    assert_pixels(got[1:], blend_reference([(0, 0), (0, 16)], list(preds[:, 1:]), 32, 48, blend))
+    for level in r["levels"][1:]:
+        expected = overview_reference(expected)
+        assert_pixels(level, expected)
+
+
+def test_a_refusal_at_finish_writes_the_other_scenes_and_leaves_no_spool(tmp_path):
+    st = cogfeed.Stitcher(made_up("a.tif", "b.tif", width=64), out=tmp_path / "{scene}.tif", patch_size=32,
+                          tile_size=16)
+    for scene in (0, 1):
+        st.add(np.array([[scene, 0, 0, 32, 32, 0, 0]]), np.ones((1, 1, 32, 32)))
+    assert len([n for n in os.listdir(tmp_path) if n.endswith(".spool")]) == 2
+    os.mkfifo(tmp_path / "a.tif")
+    with pytest.warns(UserWarning, match="lacked windows"), pytest.raises(cogfeed.InvalidRequest, match="is a fifo"):
+        st.finish()
+    assert sorted(os.listdir(tmp_path)) == ["a.tif", "b.tif"] and stat.S_ISFIFO(os.lstat(tmp_path / "a.tif").st_mode)
+    assert st.finish() == [str(tmp_path / "b.tif")]
