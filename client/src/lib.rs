@@ -120,6 +120,9 @@ pub struct Batch {
     pub time_masks: Vec<(String, Tensor)>,
     /// The points sampler: each point attribute, float64 `[B]`, by name.
     pub targets: Vec<(String, Tensor)>,
+    /// The version of the dataset the batch was drawn from: send it back with the cursor
+    /// to resume (`StreamBatchesRequest.dataset_version`).
+    pub dataset_version: String,
 }
 
 impl Tensor {
@@ -143,6 +146,7 @@ impl Batch {
     pub fn to_pb(&self) -> pb::Batch {
         let image_layer = self.layers.first().map(|(n, _)| n.clone()).unwrap_or_default();
         pb::Batch {
+            dataset_version: self.dataset_version.clone(),
             epoch: self.epoch,
             index: self.index,
             cursor: self.cursor,
@@ -190,6 +194,7 @@ impl TryFrom<pb::Batch> for Batch {
             .ok_or_else(|| ClientError::Malformed("batch without image".into()))?;
         let image = Tensor::from_pb(image)?;
         Ok(Batch {
+            dataset_version: b.dataset_version,
             epoch: b.epoch,
             index: b.index,
             cursor: b.cursor,
@@ -601,6 +606,8 @@ impl Client {
                         b.index += st.base;
                         st.delivered += 1;
                         st.request.cursor = b.cursor;
+                        // A resume after a restart is refused if the dataset changed.
+                        st.request.dataset_version.clone_from(&b.dataset_version);
                         if st.request.max_batches > 0 {
                             st.request.max_batches -= 1;
                             // 0 would mean "the whole epoch" to the server: stop here instead.

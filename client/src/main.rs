@@ -140,6 +140,9 @@ struct Selection {
     world_size: u32,
     #[arg(long, default_value_t = 0)]
     cursor: u64,
+    /// Resuming: the dataset version the cursor was taken on (refused if it changed).
+    #[arg(long, default_value = "")]
+    dataset_version: String,
     /// Stop after this many batches (0 = the whole epoch).
     #[arg(long, default_value_t = 0)]
     max_batches: u64,
@@ -213,6 +216,7 @@ impl Selection {
             rank: self.rank,
             world_size: self.world_size,
             cursor: self.cursor,
+            dataset_version: self.dataset_version.clone(),
             max_batches: self.max_batches,
             bands: self.bands.clone(),
             labels: self.labels,
@@ -334,7 +338,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         })
                         .collect();
                     let line = serde_json::json!({
-                        "epoch": b.epoch, "index": b.index, "cursor": b.cursor, "shape": b.image.shape,
+                        "epoch": b.epoch, "index": b.index, "cursor": b.cursor, "dataset_version": b.dataset_version,
+                        "shape": b.image.shape,
                         "sha256": sha256(&b.image.data),
                         "label_sha256": b.label.as_ref().map(|l| sha256(&l.data)),
                         "windows": windows,

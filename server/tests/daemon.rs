@@ -684,3 +684,38 @@ async fn the_rust_client_resumes_across_a_daemon_restart() {
     );
     assert_eq!(digest(&got), digest(&whole));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_on_a_changed_dataset_is_refused_naming_both_versions() {
+    let d = demo().await;
+    let first = collect(&d.addr, request(pb::Sampler::Aligned, 4)).await;
+    let version = first[0].dataset_version.clone();
+    assert_eq!(version.len(), 16, "batches carry the dataset version");
+    assert!(first.iter().all(|b| b.dataset_version == version));
+    // The same archive with one scene fewer: another plan, another version.
+    let dir = tempfile::tempdir().unwrap();
+    let scenes = cogfeed_server::demo::write_demo(dir.path()).unwrap();
+    std::fs::remove_file(&scenes[0]).unwrap();
+    let mut config = Config::demo(dir.path());
+    config.datasets[0].on_bad_object = cogfeed_server::config::OnBadObject::Skip;
+    let changed = start(config).await;
+    let mut resume = request(pb::Sampler::Aligned, 4);
+    resume.cursor = first[1].cursor;
+    resume.dataset_version = version.clone();
+    let mut client = Client::connect(&changed.addr).await.unwrap();
+    let err = match client.stream(resume.clone()).await {
+        Err(e) => e,
+        Ok(mut s) => s.next().await.unwrap().unwrap_err(),
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains("FailedPrecondition") || text.contains("failed precondition") || text.contains("changed"),
+        "{text}"
+    );
+    assert!(text.contains(&version), "names the cursor's version: {text}");
+    // On the unchanged daemon the same resume is the suffix; cursor 0 never checks.
+    let tail = collect(&d.addr, resume.clone()).await;
+    assert_eq!(digest(&tail), digest(&first[2..]));
+    resume.cursor = 0;
+    assert!(!collect(&changed.addr, resume).await.is_empty());
+}

@@ -84,6 +84,9 @@ class Batch:
     time_masks: Dict[str, np.ndarray] = field(default_factory=dict)
     #: The points sampler: each numeric attribute of the points, float64 [B], by name.
     targets: Dict[str, np.ndarray] = field(default_factory=dict)
+    #: The version of the dataset the batch was drawn from (kept in `state_dict()` with
+    #: the cursor; a resume on a changed dataset is refused).
+    dataset_version: str = ""
 
     def __getitem__(self, name: str) -> np.ndarray:
         """A layer by name (`batch["swir"]`, `batch.layers[name]`); "image" and "label" also
@@ -280,8 +283,10 @@ class Loader(EpochCursor):
     what the daemon refuses raises its `CogfeedError` subclass when iterating.
 
     `len()` is the number of batches this loader yields (asked from the server).
-    `state_dict()` / `load_state_dict()` hold epoch and cursor; a loader built with `cursor=`
-    resumes there, also with another world size.
+    `state_dict()` / `load_state_dict()` hold epoch, cursor and the dataset version the cursor
+    was taken on; a loader built with `cursor=` (and `dataset_version=`) resumes there, also
+    with another world size. A resume on a dataset that has changed since raises
+    `FailedPrecondition` (the cursor no longer counts the same samples): restart the epoch.
     """
 
     dataset: str
@@ -337,6 +342,7 @@ class Loader(EpochCursor):
         layers: Optional[Sequence[str]] = None,
         split: str = "",
         mixture: Optional[Mixture] = None,
+        dataset_version: str = "",
         token: Optional[str] = None,
         tls: TLS = None,
         reconnect_timeout: float = 120.0,
@@ -347,7 +353,7 @@ class Loader(EpochCursor):
             "world_size": world_size, "cursor": cursor, "max_batches": max_batches, "bands": bands,
             "labels": labels, "dtype": dtype, "normalize": normalize, "augment": augment,
             "samples_per_epoch": samples_per_epoch, "prefetch": prefetch, "on_corrupt": on_corrupt,
-            "layers": layers, "split": split, "mixture": mixture,
+            "layers": layers, "split": split, "mixture": mixture, "dataset_version": dataset_version,
         }
         if isinstance(mixture, Mapping):
             # {"name": weight, ...}: one stream over several map-space datasets.
@@ -362,7 +368,7 @@ class Loader(EpochCursor):
                 names = ", ".join(_choices(f.enum_type))
                 raise InvalidRequest(f"unknown {f.name} {value!r} ({names})")
             setattr(self, f.name, list(value) if f.is_repeated else value)
-        super().__init__(self.epoch, self.cursor)
+        super().__init__(self.epoch, self.cursor, self.dataset_version)
         keep_large_allocations()
         self.rank, self.world_size = int(self.rank), int(self.world_size)
         if isinstance(address, Client):
@@ -455,9 +461,12 @@ class Loader(EpochCursor):
                         index=base + meta["index"], cursor=meta["cursor"], skipped=skipped,
                         layers=meta["layers"], meta=meta["samples"], info=info,
                         time_masks=meta["time_masks"], targets=meta["targets"],
+                        dataset_version=meta["dataset_version"],
                     )
                     cursor = meta["cursor"]
                     self.cursor = cursor
+                    # A reconnection resumes on this version or is refused.
+                    self.dataset_version = meta["dataset_version"]
                     delivered += 1
                     yield batch
                     waiting = time.perf_counter()

@@ -1,12 +1,14 @@
 """Epoch and cursor of an iterable over one epoch, shared by `Loader` and `StreamDataset`.
 
 A pass starts at `cursor` and moves it to the cursor of each batch delivered, so
-`state_dict()` taken mid-pass resumes after the last delivered batch. When a pass ends the
+`state_dict()` taken mid-pass resumes after the last delivered batch, and carries the
+dataset version the cursor was taken on: a resume on a changed dataset is refused
+(`FailedPrecondition`) rather than silently repeating or skipping samples. When a pass ends the
 cursor stays at the end (the state says the epoch is done); iterating again replays the
 pass from where it started (`_origin`), and `len()` counts from there too.
 """
 
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Union
 
 
 class EpochCursor:
@@ -16,19 +18,24 @@ class EpochCursor:
     and brackets each pass with `_begin()` (returns the cursor to start from) and `_end()`.
     """
 
-    def __init__(self, epoch: int = 0, cursor: int = 0) -> None:
+    def __init__(self, epoch: int = 0, cursor: int = 0, dataset_version: str = "") -> None:
         self.epoch = int(epoch)
         self.cursor = int(cursor)
+        #: The dataset version the cursor was taken on (from the batches); a resume sends
+        #: it, and the daemon refuses it if the dataset has changed since.
+        self.dataset_version = str(dataset_version)
         # Where the current pass started from (len() counts from here).
         self._origin = self.cursor
         self._finished = False
 
-    def state_dict(self) -> Dict[str, int]:
-        return {"epoch": self.epoch, "cursor": self.cursor}
+    def state_dict(self) -> Dict[str, Union[int, str]]:
+        return {"epoch": self.epoch, "cursor": self.cursor, "dataset_version": self.dataset_version}
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
+    def load_state_dict(self, state: Mapping[str, Union[int, str]]) -> None:
         self.epoch = int(state["epoch"])
         self.cursor = self._origin = int(state["cursor"])
+        # States saved before versions were kept resume unchecked.
+        self.dataset_version = str(state.get("dataset_version", ""))
         self._finished = False
 
     def set_epoch(self, epoch: int) -> None:

@@ -133,7 +133,7 @@ def decode_batch(raw):
     and "samples" (a `SampleMeta` per sample); both are empty otherwise."""
     view = memoryview(raw)
     meta = {"epoch": 0, "index": 0, "cursor": 0, "batches_in_epoch": 0, "layers": {}, "samples": [],
-            "time_masks": {}, "targets": {}}
+            "time_masks": {}, "targets": {}, "dataset_version": ""}
     image = label = image_layer = None
     windows, skipped = [], []
     names = {1: "epoch", 2: "index", 3: "cursor", 7: "batches_in_epoch"}
@@ -166,6 +166,8 @@ def decode_batch(raw):
         elif field == 13:
             name, tensor = _named_tensor(raw, view, value[0], value[0] + value[1])
             meta["targets"][name] = tensor
+        elif field == 14:
+            meta["dataset_version"] = bytes(view[value[0]:value[0] + value[1]]).decode()
     if image is None:
         raise ValueError("batch without image")
     if image_layer:

@@ -102,7 +102,8 @@ class StreamDataset(EpochCursor, torch.utils.data.IterableDataset):
                 raise TypeError(f"{k} comes from torch.distributed or RANK/WORLD_SIZE")
         # Unknown keywords fail now, not in the first iteration (nothing is dialled here).
         inspect.signature(Loader).bind(address, dataset, **loader_args)
-        EpochCursor.__init__(self, loader_args.pop("epoch", 0), loader_args.pop("cursor", 0))
+        EpochCursor.__init__(self, loader_args.pop("epoch", 0), loader_args.pop("cursor", 0),
+                             loader_args.pop("dataset_version", ""))
         self.address = address
         self.dataset = dataset
         self.loader_args = loader_args
@@ -113,7 +114,7 @@ class StreamDataset(EpochCursor, torch.utils.data.IterableDataset):
         if info is not None:
             rank, world = rank * info.num_workers + info.id, world * info.num_workers
         return Loader(self.address, self.dataset, rank=rank, world_size=world, epoch=self.epoch,
-                      cursor=cursor, **self.loader_args)
+                      cursor=cursor, dataset_version=self.dataset_version, **self.loader_args)
 
     def _count(self, cursor: int) -> int:
         return len(self._loader(cursor))
@@ -122,5 +123,6 @@ class StreamDataset(EpochCursor, torch.utils.data.IterableDataset):
         loader = self._loader(self._begin())
         for b in loader:
             self.cursor = b.cursor
+            self.dataset_version = b.dataset_version
             yield to_tensors(b)
         self._end()

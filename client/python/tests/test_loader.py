@@ -88,7 +88,8 @@ def test_state_dict_resume_is_the_suffix(daemon):
     for _ in range(5):
         next(it)
     state = loader.state_dict()
-    assert state == {"epoch": 0, "cursor": 20}
+    assert state == {"epoch": 0, "cursor": 20, "dataset_version": full[0].dataset_version}
+    assert len(state["dataset_version"]) == 16
     resumed = cogfeed.Loader(daemon.address, "demo", sampler="aligned", batch_size=4, seed=1)
     resumed.load_state_dict(state)
     rest = list(resumed)

@@ -147,7 +147,7 @@ def test_loader_sends_data_wait_first_and_yields_short_batches(monkeypatch):
     assert batches[1].image.shape == (0, 2, 3, 4) and batches[1].windows.shape == (0, 7)
     assert [len(b.skipped) for b in batches] == [1, 3]
     assert batches[0].skipped[0] == cogfeed.SkippedSample(30, (2, 0, 5, 4, 3, 0, 1), "missing")
-    assert loader.state_dict() == {"epoch": 0, "cursor": 6}
+    assert loader.state_dict() == {"epoch": 0, "cursor": 6, "dataset_version": ""}
     ((request, metadata),) = streams.opens
     assert request.on_corrupt == "skip"
     assert set(metadata) == {"cogfeed-data-wait-seconds"}
@@ -170,14 +170,14 @@ class Counted(EpochCursor):
 
 def test_epoch_cursor_state():
     s = Counted(epoch=2, cursor=10)
-    assert (s.state_dict(), len(s)) == ({"epoch": 2, "cursor": 10}, 90)
+    assert (s.state_dict(), len(s)) == ({"epoch": 2, "cursor": 10, "dataset_version": ""}, 90)
     s.run([20, 30])
-    assert s.state_dict() == {"epoch": 2, "cursor": 30} and len(s) == 90
+    assert s.state_dict() == {"epoch": 2, "cursor": 30, "dataset_version": ""} and len(s) == 90
     assert s._begin() == 10  # a finished pass replays from where it started
-    s.load_state_dict({"epoch": 3, "cursor": 40})
-    assert (s.state_dict(), len(s), s._begin()) == ({"epoch": 3, "cursor": 40}, 60, 40)
+    s.load_state_dict({"epoch": 3, "cursor": 40})  # a state saved before versions were kept
+    assert (s.state_dict(), len(s), s._begin()) == ({"epoch": 3, "cursor": 40, "dataset_version": ""}, 60, 40)
     s.set_epoch(4)
-    assert (s.state_dict(), len(s)) == ({"epoch": 4, "cursor": 0}, 100)
+    assert (s.state_dict(), len(s)) == ({"epoch": 4, "cursor": 0, "dataset_version": ""}, 100)
 
 
 def test_loader_and_stream_dataset_share_the_state_class():
@@ -193,7 +193,7 @@ def test_loader_and_stream_dataset_share_the_state_class():
         for name in ("state_dict", "load_state_dict", "set_epoch", "__len__", "_begin", "_end"):
             assert getattr(cls, name) is getattr(EpochCursor, name), f"{cls.__name__}.{name} is its own"
     loader = cogfeed.Loader(ADDRESS, "demo", epoch=2, cursor=8)
-    assert loader.state_dict() == {"epoch": 2, "cursor": 8}
+    assert loader.state_dict() == {"epoch": 2, "cursor": 8, "dataset_version": ""}
     loader.set_epoch(3)
     assert loader.request().epoch == 3 and loader.request().cursor == 0
 
@@ -215,4 +215,24 @@ def test_stream_dataset_short_and_empty_batches(monkeypatch):
         # A scene dataset: every fixed key, the named things' dicts empty.
         assert tuple(first) == KEYS
         assert first["layers"] == first["time_masks"] == first["targets"] == {} and first["meta"] == []
-        assert ds.state_dict() == {"epoch": 0, "cursor": 6}
+        assert ds.state_dict() == {"epoch": 0, "cursor": 6, "dataset_version": ""}
+
+
+def test_the_dataset_version_travels_with_the_cursor(monkeypatch):
+    # Batches name the version they were drawn from; the state keeps it and a resume sends it.
+    batches = short_batches()
+    versioned = []
+    for raw in batches:
+        b = pb.Batch.FromString(raw)
+        b.dataset_version = "v-one"
+        versioned.append(b.SerializeToString())
+    streams = FakeStreams(versioned)
+    monkeypatch.setattr(cogfeed.Client, "stream_raw", streams)
+    loader = cogfeed.Loader(ADDRESS, "demo", batch_size=3, on_corrupt="skip")
+    assert [b.dataset_version for b in loader] == ["v-one", "v-one"]
+    state = loader.state_dict()
+    assert state == {"epoch": 0, "cursor": 6, "dataset_version": "v-one"}
+    resumed = cogfeed.Loader(ADDRESS, "demo", batch_size=3)
+    resumed.load_state_dict(state)
+    assert resumed.request().dataset_version == "v-one" and resumed.request().cursor == 6
+    assert cogfeed.Loader(ADDRESS, "demo", cursor=6, dataset_version="v-one").request().dataset_version == "v-one"

@@ -25,7 +25,7 @@ def test_matches_protobuf():
         raw = make(dtype, arr, label)
         meta, image, lab, windows, skipped = decode_batch(raw)
         assert meta == {"epoch": 3, "index": 7, "cursor": 99, "batches_in_epoch": 12, "layers": {}, "samples": [],
-                        "time_masks": {}, "targets": {}}
+                        "time_masks": {}, "targets": {}, "dataset_version": ""}
         assert image.dtype == np_dtype and np.array_equal(image, arr)
         assert np.array_equal(lab, label)
         # The 7th column is Window.padded.

@@ -37,6 +37,7 @@ fn skipped(s: &Skipped) -> pb::SkippedSample {
 
 pub fn batch(b: BatchOut) -> pb::Batch {
     pb::Batch {
+        dataset_version: b.dataset_version.to_string(),
         epoch: b.epoch,
         index: b.index,
         cursor: b.cursor,

@@ -389,9 +389,39 @@ pub fn stream_job(
     memory: &MemoryBudget,
     r: &pb::StreamBatchesRequest,
 ) -> Result<Admitted, Error> {
-    if !r.mixture.is_empty() {
-        return mixture_job(catalog, limits, memory, r);
+    let admitted = if r.mixture.is_empty() {
+        single_job(catalog, limits, memory, r)?
+    } else {
+        mixture_job(catalog, limits, memory, r)?
+    };
+    check_version(&admitted.job, r)?;
+    Ok(admitted)
+}
+
+/// A resume (cursor > 0) names the version its cursor was taken on: a dataset that has
+/// changed since plans other samples, so the cursor no longer means what it meant.
+fn check_version(job: &StreamJob, r: &pb::StreamBatchesRequest) -> Result<(), Error> {
+    if r.cursor == 0 || r.dataset_version.is_empty() {
+        return Ok(());
     }
+    let now = job.version();
+    if r.dataset_version == now {
+        return Ok(());
+    }
+    Err(Error::FailedPrecondition(format!(
+        "the dataset changed since this cursor was taken (version {} then, {now} now): resuming at cursor {} would repeat or skip samples; restart the epoch at cursor 0",
+        shown(&r.dataset_version),
+        r.cursor
+    )))
+}
+
+/// A stream of one dataset (not a mixture).
+fn single_job(
+    catalog: &Catalog,
+    limits: &LimitsConfig,
+    memory: &MemoryBudget,
+    r: &pb::StreamBatchesRequest,
+) -> Result<Admitted, Error> {
     let ds = dataset(catalog, &r.dataset)?;
     check_job(&r.job)?;
     let kind = match pb::Sampler::try_from(r.sampler) {

@@ -60,6 +60,8 @@ pub struct BatchOut {
     pub time_masks: Vec<(String, TensorOut)>,
     /// The points sampler: each point attribute, float64 `[B]`.
     pub targets: Vec<(String, TensorOut)>,
+    /// The version of the dataset (or mixture) the batch was drawn from.
+    pub dataset_version: Arc<str>,
 }
 
 /// A sample left out of its batch because its data could not be read.
@@ -161,6 +163,25 @@ impl StreamJob {
         self.metrics = Some(metrics);
         self.shutdown = Some(shutdown);
         self
+    }
+
+    /// The version of what this job draws from: its dataset's, or for a mixture a digest
+    /// of its parts' names and versions (any part changing changes it).
+    pub fn version(&self) -> String {
+        match &self.mixture {
+            None => self.dataset.version.clone(),
+            Some(m) => {
+                use sha2::Digest;
+                let mut h = sha2::Sha256::new();
+                for p in &m.parts {
+                    h.update(p.dataset.name.as_bytes());
+                    h.update([0]);
+                    h.update(p.dataset.version.as_bytes());
+                    h.update([0]);
+                }
+                format!("mix-{}", &hex::encode(h.finalize())[..16])
+            }
+        }
     }
 
     /// Samples in the epoch.
@@ -518,6 +539,7 @@ async fn produce(
     queue: Option<Arc<dyn QueueObserver>>,
 ) {
     let batches = job.batch_count();
+    let dataset_version: Arc<str> = Arc::from(job.version());
     let b = job.share.batch as usize;
     let ds = &job.dataset;
     let out = job.transform.out;
@@ -736,6 +758,7 @@ async fn produce(
             samples: metas,
             time_masks,
             targets,
+            dataset_version: dataset_version.clone(),
         };
         if let Some(q) = &queue {
             q.pushed();

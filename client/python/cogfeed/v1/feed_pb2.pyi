@@ -151,7 +151,7 @@ class LayerInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., assets: _Optional[_Iterable[str]] = ..., resolution: _Optional[float] = ..., resampling: _Optional[str] = ..., dtype: _Optional[str] = ..., bands: _Optional[int] = ..., nodata: _Optional[float] = ...) -> None: ...
 
 class StreamBatchesRequest(_message.Message):
-    __slots__ = ("dataset", "job", "sampler", "patch_size", "stride", "level", "batch_size", "seed", "epoch", "rank", "world_size", "cursor", "max_batches", "bands", "labels", "dtype", "normalize", "augment", "samples_per_epoch", "prefetch", "on_corrupt", "layers", "split", "mixture")
+    __slots__ = ("dataset", "job", "sampler", "patch_size", "stride", "level", "batch_size", "seed", "epoch", "rank", "world_size", "cursor", "max_batches", "bands", "labels", "dtype", "normalize", "augment", "samples_per_epoch", "prefetch", "on_corrupt", "layers", "split", "mixture", "dataset_version")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     SAMPLER_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +176,7 @@ class StreamBatchesRequest(_message.Message):
     LAYERS_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     MIXTURE_FIELD_NUMBER: _ClassVar[int]
+    DATASET_VERSION_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     job: str
     sampler: Sampler
@@ -200,7 +201,8 @@ class StreamBatchesRequest(_message.Message):
     layers: _containers.RepeatedScalarFieldContainer[str]
     split: str
     mixture: _containers.RepeatedCompositeFieldContainer[MixturePart]
-    def __init__(self, dataset: _Optional[str] = ..., job: _Optional[str] = ..., sampler: _Optional[_Union[Sampler, str]] = ..., patch_size: _Optional[int] = ..., stride: _Optional[int] = ..., level: _Optional[int] = ..., batch_size: _Optional[int] = ..., seed: _Optional[int] = ..., epoch: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., cursor: _Optional[int] = ..., max_batches: _Optional[int] = ..., bands: _Optional[_Iterable[int]] = ..., labels: _Optional[bool] = ..., dtype: _Optional[str] = ..., normalize: _Optional[bool] = ..., augment: _Optional[bool] = ..., samples_per_epoch: _Optional[int] = ..., prefetch: _Optional[int] = ..., on_corrupt: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., split: _Optional[str] = ..., mixture: _Optional[_Iterable[_Union[MixturePart, _Mapping]]] = ...) -> None: ...
+    dataset_version: str
+    def __init__(self, dataset: _Optional[str] = ..., job: _Optional[str] = ..., sampler: _Optional[_Union[Sampler, str]] = ..., patch_size: _Optional[int] = ..., stride: _Optional[int] = ..., level: _Optional[int] = ..., batch_size: _Optional[int] = ..., seed: _Optional[int] = ..., epoch: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., cursor: _Optional[int] = ..., max_batches: _Optional[int] = ..., bands: _Optional[_Iterable[int]] = ..., labels: _Optional[bool] = ..., dtype: _Optional[str] = ..., normalize: _Optional[bool] = ..., augment: _Optional[bool] = ..., samples_per_epoch: _Optional[int] = ..., prefetch: _Optional[int] = ..., on_corrupt: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., split: _Optional[str] = ..., mixture: _Optional[_Iterable[_Union[MixturePart, _Mapping]]] = ..., dataset_version: _Optional[str] = ...) -> None: ...
 
 class MixturePart(_message.Message):
     __slots__ = ("dataset", "weight")
@@ -229,7 +231,7 @@ class Window(_message.Message):
     def __init__(self, scene: _Optional[int] = ..., col: _Optional[int] = ..., row: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., level: _Optional[int] = ..., padded: _Optional[bool] = ...) -> None: ...
 
 class Batch(_message.Message):
-    __slots__ = ("epoch", "index", "cursor", "image", "label", "windows", "batches_in_epoch", "skipped", "layers", "samples", "image_layer", "time_masks", "targets")
+    __slots__ = ("epoch", "index", "cursor", "image", "label", "windows", "batches_in_epoch", "skipped", "layers", "samples", "image_layer", "time_masks", "targets", "dataset_version")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +245,7 @@ class Batch(_message.Message):
     IMAGE_LAYER_FIELD_NUMBER: _ClassVar[int]
     TIME_MASKS_FIELD_NUMBER: _ClassVar[int]
     TARGETS_FIELD_NUMBER: _ClassVar[int]
+    DATASET_VERSION_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     index: int
     cursor: int
@@ -256,7 +259,8 @@ class Batch(_message.Message):
     image_layer: str
     time_masks: _containers.RepeatedCompositeFieldContainer[NamedTensor]
     targets: _containers.RepeatedCompositeFieldContainer[NamedTensor]
-    def __init__(self, epoch: _Optional[int] = ..., index: _Optional[int] = ..., cursor: _Optional[int] = ..., image: _Optional[_Union[Tensor, _Mapping]] = ..., label: _Optional[_Union[Tensor, _Mapping]] = ..., windows: _Optional[_Iterable[_Union[Window, _Mapping]]] = ..., batches_in_epoch: _Optional[int] = ..., skipped: _Optional[_Iterable[_Union[SkippedSample, _Mapping]]] = ..., layers: _Optional[_Iterable[_Union[NamedTensor, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[SampleInfo, _Mapping]]] = ..., image_layer: _Optional[str] = ..., time_masks: _Optional[_Iterable[_Union[NamedTensor, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[NamedTensor, _Mapping]]] = ...) -> None: ...
+    dataset_version: str
+    def __init__(self, epoch: _Optional[int] = ..., index: _Optional[int] = ..., cursor: _Optional[int] = ..., image: _Optional[_Union[Tensor, _Mapping]] = ..., label: _Optional[_Union[Tensor, _Mapping]] = ..., windows: _Optional[_Iterable[_Union[Window, _Mapping]]] = ..., batches_in_epoch: _Optional[int] = ..., skipped: _Optional[_Iterable[_Union[SkippedSample, _Mapping]]] = ..., layers: _Optional[_Iterable[_Union[NamedTensor, _Mapping]]] = ..., samples: _Optional[_Iterable[_Union[SampleInfo, _Mapping]]] = ..., image_layer: _Optional[str] = ..., time_masks: _Optional[_Iterable[_Union[NamedTensor, _Mapping]]] = ..., targets: _Optional[_Iterable[_Union[NamedTensor, _Mapping]]] = ..., dataset_version: _Optional[str] = ...) -> None: ...
 
 class NamedTensor(_message.Message):
     __slots__ = ("name", "tensor")
