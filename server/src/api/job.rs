@@ -307,7 +307,8 @@ fn map_stream_job(
         sample_bytes = sample_bytes.saturating_add(values.saturating_mul(map.layers[l].dtype.size() as u64));
         working = working.saturating_add(values.saturating_mul(8).saturating_add(pixels));
     }
-    let sample_bytes = sample_bytes.max(1);
+    // Every byte of the message counts: the sample's metadata too.
+    let sample_bytes = sample_bytes.saturating_add(map.meta_bytes_per_sample()).max(1);
     let split = if r.split.is_empty() {
         None
     } else {

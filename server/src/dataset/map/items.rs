@@ -27,7 +27,7 @@ pub async fn read_items(stores: &Stores, url: &str, rewrite: &HrefRewrite) -> Re
             ));
         }
         if cogfeed_stac::is_parquet(&prefix.bytes) {
-            return Ok(cogfeed_stac::parse_geoparquet(&url, prefix.bytes, rewrite)?);
+            return checked_ids(&url, cogfeed_stac::parse_geoparquet(&url, prefix.bytes, rewrite)?);
         }
         if prefix.object_size > MAX_DOCUMENT_BYTES {
             return Err(doc_error(
@@ -38,7 +38,7 @@ pub async fn read_items(stores: &Stores, url: &str, rewrite: &HrefRewrite) -> Re
                 ),
             ));
         }
-        Ok(parse_document(&url, &prefix.bytes, rewrite)?)
+        checked_ids(&url, parse_document(&url, &prefix.bytes, rewrite)?)
     }
     if url.ends_with('/') {
         let urls = stores.list_suffixed(url, &[".json", ".geojson"]).await?;
@@ -57,6 +57,29 @@ pub async fn read_items(stores: &Stores, url: &str, rewrite: &HrefRewrite) -> Re
         return Ok(items);
     }
     read_doc(stores, url.to_string(), rewrite).await
+}
+
+/// Longest Item id served: every sample lists the ids of the Items it was made from, so an
+/// id is per-sample metadata (STAC ids are names like `S2B_33UUP_20240518_0_L2A`).
+pub const MAX_ITEM_ID_BYTES: usize = 1024;
+/// Most numeric point attributes served: each is a float64 `[B]` tensor of every batch and
+/// an entry of every sample's metadata.
+pub const MAX_POINT_ATTRIBUTES: usize = 256;
+/// Longest point id or attribute name served.
+pub const MAX_POINT_NAME_BYTES: usize = 256;
+
+/// `items`, or an error naming the first whose id is longer than [`MAX_ITEM_ID_BYTES`].
+fn checked_ids(doc: &str, items: Vec<Item>) -> Result<Vec<Item>> {
+    if let Some((k, item)) = items.iter().enumerate().find(|(_, i)| i.id.len() > MAX_ITEM_ID_BYTES) {
+        return Err(doc_error(
+            doc,
+            format!(
+                "Item {k} has an id of {} bytes (at most {MAX_ITEM_ID_BYTES}: ids travel with every sample)",
+                item.id.len()
+            ),
+        ));
+    }
+    Ok(items)
 }
 
 pub(super) fn day(item: &Item) -> Option<NaiveDate> {
@@ -94,7 +117,27 @@ pub(super) async fn read_points(stores: &Stores, url: &str) -> Result<points::Po
             points::MAX_POINTS_BYTES
         )));
     }
-    points::parse(url, &prefix.bytes).map_err(|m| Error::InvalidArgument(format!("points {url}: {m}")))
+    let set = points::parse(url, &prefix.bytes).map_err(|m| Error::InvalidArgument(format!("points {url}: {m}")))?;
+    let refuse = |m: String| Err(Error::InvalidArgument(format!("points {url}: {m}")));
+    if set.names.len() > MAX_POINT_ATTRIBUTES {
+        return refuse(format!(
+            "{} numeric attributes (at most {MAX_POINT_ATTRIBUTES}: each travels with every sample; keep the targets in the file and the rest elsewhere)",
+            set.names.len()
+        ));
+    }
+    if let Some(n) = set.names.iter().find(|n| n.len() > MAX_POINT_NAME_BYTES) {
+        return refuse(format!(
+            "an attribute name of {} bytes (at most {MAX_POINT_NAME_BYTES})",
+            n.len()
+        ));
+    }
+    if let Some((k, id)) = set.ids.iter().enumerate().find(|(_, i)| i.len() > MAX_POINT_NAME_BYTES) {
+        return refuse(format!(
+            "point {k} has an id of {} bytes (at most {MAX_POINT_NAME_BYTES})",
+            id.len()
+        ));
+    }
+    Ok(set)
 }
 
 /// The centre pixel of each point in every drawable grid that holds it, priority order.

@@ -163,6 +163,35 @@ pub struct MapSpace {
 }
 
 impl MapSpace {
+    /// A bound on the bytes one sample's metadata adds to its batch message (`SampleInfo`
+    /// and the points' target tensors), counted with the layers in admission: Item ids
+    /// (the Items a sample was made from, up to 8 per step of each layer), per-step dates,
+    /// the point's id and attributes. Ids, names and attribute counts are bounded at load.
+    pub fn meta_bytes_per_sample(&self) -> u64 {
+        const FIXED: u64 = 256; // drawn id framing, CRS, bounds, resolution, flags, split
+        let longest_id = self.items.iter().map(|i| i.id.len()).max().unwrap_or(0) as u64;
+        let steps: u64 = self.layers.iter().map(|l| l.steps() as u64).sum();
+        let listed = (self.items.len() as u64).min(steps.saturating_mul(8)).max(1);
+        let mut bytes = FIXED
+            .saturating_add(listed.saturating_mul(longest_id + 4))
+            .saturating_add(longest_id);
+        for l in self.layers.iter().filter(|l| l.time.is_some()) {
+            // One "YYYY-MM-DD" per step, and the layer's name.
+            bytes = bytes.saturating_add(l.steps() as u64 * 12 + l.name.len() as u64 + 8);
+        }
+        if let Some(p) = &self.points {
+            let longest_point = p.ids.iter().map(String::len).max().unwrap_or(0) as u64;
+            let names: u64 = p.names.iter().map(|n| n.len() as u64 + 12).sum();
+            // The map entries of SampleInfo.targets, and a float64 per attribute in the
+            // batch's target tensors.
+            bytes = bytes
+                .saturating_add(longest_point)
+                .saturating_add(names)
+                .saturating_add(p.names.len() as u64 * 8);
+        }
+        bytes
+    }
+
     /// `native`, or the fixed sample CRS.
     pub fn crs_name(&self) -> String {
         match &self.fixed {
