@@ -166,3 +166,14 @@ async fn bad_mixtures_are_refused_with_the_reason() {
     let count = client.count(r.clone()).await.unwrap();
     assert_eq!(count.batches, collect(&d.addr, r).await.len() as u64);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_weights_keep_their_ratio() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = start(config(tmp.path())).await;
+    // 1.5e308 + 0.5e308 overflows to infinity: the ratio must survive it.
+    let r = mixture(&[("demo-stac", 1.5e308), ("demo-series", 0.5e308)], 16);
+    let mixed = samples(&collect(&d.addr, r).await);
+    let stac = mixed.iter().filter(|s| s.0 == "demo-stac").count();
+    assert_eq!((stac, mixed.len() - stac), (12, 4), "3 : 1");
+}

@@ -71,3 +71,49 @@ async fn a_samples_metadata_is_counted_with_its_layers() {
     assert!(meta > 256 + 8 * longest, "{meta}");
     assert!(meta < 64 << 10, "a bound, not a blow-up: {meta}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warp_of_repeated_ids_is_refused_before_anything_is_read() {
+    use cogfeed_server::dataset::map::mosaic::command::{WarpRequest, warp};
+    let dir = tempfile::tempdir().unwrap();
+    let (_, items) = series(dir.path());
+    let first =
+        cogfeed_server::dataset::map::load_items(&items.to_string_lossy(), &Default::default(), &Default::default())
+            .await
+            .unwrap()
+            .remove(0)
+            .id;
+    let mut request = WarpRequest {
+        items: items.to_string_lossy().into_owned(),
+        ids: vec![first.clone(); 5000],
+        assets: vec!["B02".into()],
+        crs: "EPSG:32632".into(),
+        bounds: [0.0, 0.0, 100.0, 100.0],
+        resolution: 10.0,
+        resampling: "nearest".into(),
+        nodata: 0.0,
+    };
+    let e = warp(&request, &Default::default()).await.unwrap_err().to_string();
+    assert!(e.contains("5000 items (at most 1024)"), "{e}");
+    request.ids.truncate(2);
+    let e = warp(&request, &Default::default()).await.unwrap_err().to_string();
+    assert!(e.contains("twice"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_changed_document_is_not_replanned_by_every_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, items) = series(dir.path());
+    let app = App::build(config).await.unwrap();
+    let served = app.catalog.get("demo-series").unwrap().version.clone();
+    std::fs::write(&items, b"{ not json").unwrap();
+    // The first failing stream's re-open fails and says why; the next ones back off.
+    assert!(app.catalog.refresh("demo-series").await.is_err());
+    let t = std::time::Instant::now();
+    for _ in 0..20 {
+        app.catalog.refresh("demo-series").await.unwrap();
+    }
+    assert!(t.elapsed() < std::time::Duration::from_millis(500), "{:?}", t.elapsed());
+    // The served dataset is untouched.
+    assert_eq!(app.catalog.get("demo-series").unwrap().version, served);
+}

@@ -580,7 +580,15 @@ fn mixture_job(
         }
         _ => {}
     }
-    let total: f64 = r.mixture.iter().map(|p| p.weight).sum();
+    // Proportions from weights scaled by the largest, so huge weights (1.5e308 : 1e308)
+    // keep their ratio instead of overflowing the sum.
+    let largest = r.mixture.iter().map(|p| p.weight).fold(0.0f64, f64::max);
+    let scale = if largest.is_finite() && largest > 0.0 {
+        largest
+    } else {
+        1.0
+    };
+    let total: f64 = r.mixture.iter().map(|p| p.weight / scale).sum();
     let mut parts = Vec::with_capacity(r.mixture.len());
     let mut stream_bytes = 0u64;
     let mut quotas = Vec::with_capacity(r.mixture.len());
@@ -611,7 +619,7 @@ fn mixture_job(
             )));
         };
         stream_bytes = stream_bytes.max(admitted.stream_bytes);
-        quotas.push(((part.weight / total * MIXTURE_PERIOD as f64).round() as u64).max(1));
+        quotas.push(((part.weight / scale / total * MIXTURE_PERIOD as f64).round() as u64).max(1));
         parts.push((admitted.job, map));
     }
     // Every part must fill the batch's tensors alike.

@@ -84,6 +84,9 @@ pub struct Catalog {
     /// Where per-version indexes are kept (None: not persisted).
     index_dir: Option<std::path::PathBuf>,
     refreshing: Mutex<HashSet<String>>,
+    /// Datasets whose last re-open failed: when, and how many times in a row (the next
+    /// attempt waits 2^n s, at most [`REFRESH_BACKOFF_MAX`]).
+    refresh_failures: Mutex<HashMap<String, (std::time::Instant, u32)>>,
 }
 
 fn stem(url: &str) -> &str {
@@ -145,6 +148,14 @@ async fn open_scene(
     Ok((scene, label))
 }
 
+/// The longest wait between two re-opens of a dataset whose documents stay unreadable.
+pub const REFRESH_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The wait after `failures` failed re-opens in a row: 2^n s, capped.
+fn refresh_backoff(failures: u32) -> std::time::Duration {
+    std::time::Duration::from_secs(1u64 << failures.min(9)).min(REFRESH_BACKOFF_MAX)
+}
+
 impl Catalog {
     /// Opens every scene and label of every dataset; any problem is an error naming it.
     pub async fn build(
@@ -169,6 +180,7 @@ impl Catalog {
             options,
             index_dir,
             refreshing: Mutex::new(HashSet::new()),
+            refresh_failures: Mutex::new(HashMap::new()),
         })
     }
 
@@ -179,6 +191,13 @@ impl Catalog {
         let Some(config) = self.configs.iter().find(|c| c.name == name) else {
             return Ok(());
         };
+        if let Ok(failures) = self.refresh_failures.lock()
+            && let Some((at, n)) = failures.get(name)
+            && at.elapsed() < refresh_backoff(*n)
+        {
+            // A document that stays unreadable is not re-planned on every failing stream.
+            return Ok(());
+        }
         {
             let Ok(mut busy) = self.refreshing.lock() else {
                 return Ok(());
@@ -210,6 +229,17 @@ impl Catalog {
         .await;
         if let Ok(mut busy) = self.refreshing.lock() {
             busy.remove(name);
+        }
+        if let Ok(mut failures) = self.refresh_failures.lock() {
+            match &result {
+                Ok(_) => {
+                    failures.remove(name);
+                }
+                Err(_) => {
+                    let n = failures.get(name).map_or(0, |f| f.1).saturating_add(1);
+                    failures.insert(name.to_string(), (std::time::Instant::now(), n));
+                }
+            }
         }
         let dataset = result?;
         tracing::info!(dataset = %name, version = %dataset.version, "dataset re-opened after a change");

@@ -139,6 +139,19 @@ pub struct Balance {
     pub cells: std::sync::Arc<WeightedCells>,
 }
 
+/// Classes `targets` gives a share that no drawable cell holds (their share cannot be
+/// served: it goes to the other classes), with the share asked for.
+pub fn absent_classes(index: &ClassIndex, targets: &Targets) -> Vec<(i64, f64)> {
+    match targets {
+        Targets::Inverse => Vec::new(),
+        Targets::Proportions(listed) => listed
+            .iter()
+            .filter(|(class, share)| *share > 0.0 && !index.classes.contains(class))
+            .copied()
+            .collect(),
+    }
+}
+
 /// The weights that bring `index`'s class shares to `targets`.
 pub fn fit(index: &ClassIndex, targets: &Targets) -> Result<Balance, String> {
     let k = index.classes.len();
@@ -372,6 +385,14 @@ mod tests {
         let ix = index(&[&[20, 10], &[50, 0]], &[1, 2]);
         let b = fit(&ix, &Targets::Inverse).unwrap();
         assert!((b.shares[1].expected - 1.0 / 3.0).abs() < 1e-3, "{:?}", b.shares);
+    }
+
+    #[test]
+    fn a_target_for_an_absent_class_is_reported() {
+        let ix = index(&[&[10, 0], &[0, 10]], &[1, 2]);
+        let absent = absent_classes(&ix, &Targets::Proportions(vec![(2, 0.5), (99, 0.25), (98, 0.0)]));
+        assert_eq!(absent, vec![(99, 0.25)]);
+        assert!(absent_classes(&ix, &Targets::Inverse).is_empty());
     }
 
     #[test]

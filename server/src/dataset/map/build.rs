@@ -404,6 +404,14 @@ impl MapSpace {
         };
         if let Some(rule) = rule {
             let index = map.class_index(&rule, &c.name, &version, index_dir).await?;
+            for (class, share) in balance::absent_classes(&index, &rule.targets) {
+                tracing::warn!(
+                    dataset = %c.name,
+                    class,
+                    target = share,
+                    "balance target for a class no drawable cell holds: its share goes to the other classes"
+                );
+            }
             let fitted = balance::Balance {
                 layer: rule.layer,
                 ..balance::fit(&index, &rule.targets).map_err(bad)?

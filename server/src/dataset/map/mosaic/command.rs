@@ -57,10 +57,25 @@ pub fn fits(dtype: DType, nodata: f64) -> bool {
     }
 }
 
+/// Items one warp may mosaic (each opens its assets and warps onto the footprint).
+const MAX_IDS: usize = 1024;
+
 /// Runs one warp.
 pub async fn warp(req: &WarpRequest, store: &StoreOptions) -> Result<WarpOutput> {
     if req.ids.is_empty() {
         return Err(Error::InvalidArgument("--ids is empty".into()));
+    }
+    if req.ids.len() > MAX_IDS {
+        return Err(Error::InvalidArgument(format!(
+            "--ids lists {} items (at most {MAX_IDS})",
+            req.ids.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(req.ids.len());
+    if let Some(twice) = req.ids.iter().find(|id| !seen.insert(id.as_str())) {
+        return Err(Error::InvalidArgument(format!(
+            "--ids names item {twice:?} twice (each item is mosaicked once, in the order given)"
+        )));
     }
     if req.assets.is_empty() {
         return Err(Error::InvalidArgument("--assets is empty".into()));
