@@ -117,3 +117,69 @@ async fn an_unreadable_changed_document_is_not_replanned_by_every_stream() {
     // The served dataset is untouched.
     assert_eq!(app.catalog.get("demo-series").unwrap().version, served);
 }
+
+/// A tile source that counts which objects were asked for (around the real cache).
+#[derive(Debug)]
+struct Counting {
+    cache: cogfeed_server::tiles::TileCache,
+    objects: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+#[async_trait::async_trait]
+impl cogfeed_server::tiles::TileSource for Counting {
+    async fn tile(
+        &self,
+        object: &cogfeed_server::tiles::TileObject,
+        level: usize,
+        block: usize,
+    ) -> cogfeed_tiff::TiffResult<cogfeed_server::tiles::Tile> {
+        self.objects.lock().unwrap().insert(object.url.to_string());
+        self.cache.tile(object, level, block).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mosaic_of_many_overlapping_items_reads_only_until_every_pixel_is_filled() {
+    use cogfeed_server::dataset::map::mosaic::{AssetSource, MOSAIC_IN_FLIGHT, mosaic};
+    let dir = tempfile::tempdir().unwrap();
+    let (_, items) = series(dir.path());
+    let all =
+        cogfeed_server::dataset::map::load_items(&items.to_string_lossy(), &Default::default(), &Default::default())
+            .await
+            .unwrap();
+    let item = all.iter().find(|i| i.assets.contains_key("B02")).unwrap();
+    let asset = item.asset("B02").unwrap();
+    // 100 Items over the same place (a year of revisits), each its own object.
+    let copies = dir.path().join("copies");
+    std::fs::create_dir_all(&copies).unwrap();
+    let mut sources = Vec::new();
+    for k in 0..100 {
+        let path = copies.join(format!("b02_{k:03}.tif"));
+        std::fs::copy(&asset.href, &path).unwrap();
+        let mut a = asset.clone();
+        a.href = path.to_string_lossy().into_owned();
+        let object = cogfeed_server::tiles::open_object(&a.href, &Default::default(), Default::default())
+            .await
+            .unwrap();
+        sources.push(AssetSource::new(&format!("copy-{k}"), &a, object).unwrap());
+    }
+    // A footprint well inside the asset's grid: the first Item fills every pixel.
+    let t = asset.transform.unwrap();
+    let (x0, y0) = (t.c + 20.0 * t.a, t.f + 20.0 * t.e);
+    let crs = cogfeed_geo::Crs::parse(&format!("EPSG:{}", asset.epsg.unwrap())).unwrap();
+    let footprint = cogfeed_geo::Footprint::new(crs, [x0, y0 - 64.0 * t.a, x0 + 64.0 * t.a, y0], t.a).unwrap();
+    let tiles = Counting {
+        cache: cogfeed_server::tiles::TileCache::new(256 << 20),
+        objects: Default::default(),
+    };
+    let (m, reads) = mosaic(&tiles, &sources, 1, &footprint, cogfeed_geo::warp::Resampling::Bilinear)
+        .await
+        .unwrap();
+    assert!(m.is_full());
+    assert_eq!(reads.len(), 100, "every source is still listed as planned");
+    let read = tiles.objects.lock().unwrap().len();
+    assert!(
+        read <= MOSAIC_IN_FLIGHT + 1,
+        "{read} of 100 objects read for a mosaic the first filled"
+    );
+}

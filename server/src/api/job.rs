@@ -305,7 +305,9 @@ fn map_stream_job(
         let pixels = (h as u64).saturating_mul(w as u64).saturating_mul(t as u64);
         let values = pixels.saturating_mul(c as u64);
         sample_bytes = sample_bytes.saturating_add(values.saturating_mul(map.layers[l].dtype.size() as u64));
-        working = working.saturating_add(values.saturating_mul(8).saturating_add(pixels));
+        // The mosaic and the warps in flight beside it, f64 values and a flag per pixel each.
+        let held = (crate::dataset::map::mosaic::MOSAIC_IN_FLIGHT + 1) as u64;
+        working = working.saturating_add(values.saturating_mul(8).saturating_add(pixels).saturating_mul(held));
     }
     // Every byte of the message counts: the sample's metadata too.
     let sample_bytes = sample_bytes.saturating_add(map.meta_bytes_per_sample()).max(1);

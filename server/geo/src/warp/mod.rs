@@ -167,6 +167,8 @@ pub struct Mosaic {
     pub height: usize,
     values: Vec<f64>,
     filled: Vec<bool>,
+    /// Pixels filled so far.
+    filled_count: usize,
 }
 
 impl Mosaic {
@@ -178,7 +180,13 @@ impl Mosaic {
             height,
             values: vec![0.0; bands * width * height],
             filled: vec![false; width * height],
+            filled_count: 0,
         }
+    }
+
+    /// Whether every pixel is filled: later sources in priority order cannot change it.
+    pub fn is_full(&self) -> bool {
+        self.filled_count == self.filled.len()
     }
 
     /// Adds the next source in priority order: it fills only pixels no earlier one did.
@@ -188,6 +196,7 @@ impl Mosaic {
         for p in 0..n {
             if w.valid[p] && !self.filled[p] {
                 self.filled[p] = true;
+                self.filled_count += 1;
                 for b in 0..self.bands.min(w.bands) {
                     self.values[b * n + p] = w.values[b * n + p];
                 }

@@ -18,6 +18,7 @@ use cogfeed_geo::warp::plan::{self, PixelMapper};
 use cogfeed_geo::warp::{Mosaic, Resampling, Warped, is_nodata, samples_to_f64, warp_source};
 use cogfeed_geo::{Footprint, Transformer};
 use cogfeed_tiff::on_cpu_pool;
+use futures::StreamExt;
 
 pub use source::AssetSource;
 
@@ -196,11 +197,31 @@ pub async fn mosaic_planned(
             s.item, s.asset, s.bands
         )));
     }
-    let results =
-        futures::future::try_join_all(planned.iter().map(|p| warp_one(tiles, p, footprint, resampling))).await?;
+    // In priority order, a few at a time, each added and dropped as it comes: the working
+    // set is bounded by MOSAIC_IN_FLIGHT warps whatever the number of overlapping Items,
+    // and once every pixel is filled the rest are never read (dropping the stream cancels
+    // warps in flight; the CPU pool skips those not started).
     let mut m = Mosaic::new(bands, footprint.width() as usize, footprint.height() as usize);
-    for w in results.iter().flatten() {
-        m.add(w);
+    if planned.is_empty() {
+        return Ok(m);
+    }
+    let mut next = planned.iter();
+    let mut warps = futures::stream::FuturesOrdered::new();
+    loop {
+        while warps.len() < MOSAIC_IN_FLIGHT {
+            let Some(p) = next.next() else { break };
+            warps.push_back(warp_one(tiles, p, footprint, resampling));
+        }
+        let Some(w) = warps.next().await else { break };
+        if let Some(w) = w? {
+            m.add(&w);
+        }
+        if m.is_full() {
+            break;
+        }
     }
     Ok(m)
 }
+
+/// Sources of one mosaic warped at once: what a load holds beside the mosaic itself.
+pub const MOSAIC_IN_FLIGHT: usize = 2;
