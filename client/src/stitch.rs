@@ -109,8 +109,10 @@ pub fn grid_steps(size: u64, patch: u64, stride: u64) -> u64 {
 struct Acc {
     /// Σ w·p per pixel and band (mean, cosine), or the chosen value (center).
     values: Vec<f64>,
-    /// Σ w per pixel, or the chosen window's (distance, row, col) for center.
+    /// Σ w per pixel and band of the finite values only (a NaN or infinite prediction
+    /// adds nothing), or 1 where center has chosen a window.
     weight: Vec<f64>,
+    /// Center: the chosen window's (distance, row, col) per pixel and band.
     keys: Vec<(f64, u64, u64)>,
     arrived: u32,
 }
@@ -138,6 +140,8 @@ pub struct Stitcher {
     scenes: HashMap<u32, SceneOut>,
     bands: Option<usize>,
     finished: Vec<PathBuf>,
+    /// Output files by the scene writing each (no two scenes share one).
+    paths: HashMap<PathBuf, String>,
     /// Tiles written with windows missing (at `finish`).
     pub incomplete_tiles: u64,
     /// Most output tiles in progress at once.
@@ -183,6 +187,7 @@ impl Stitcher {
             scenes: HashMap::new(),
             bands: None,
             finished: Vec::new(),
+            paths: HashMap::new(),
             incomplete_tiles: 0,
             peak_tiles_in_memory: 0,
         })
@@ -229,6 +234,15 @@ impl Stitcher {
                 }
             });
             let path = PathBuf::from(self.out.replace("{scene}", &scene_stem(&s.name)));
+            // Two scenes onto one file would write over each other.
+            if let Some(other) = self.paths.get(&path) {
+                return Err(invalid(format!(
+                    "scenes {other} and {} both map to {}: make {{scene}} tell them apart",
+                    s.name,
+                    path.display()
+                )));
+            }
+            self.paths.insert(path.clone(), s.name.clone());
             let writer = CogWriter::create(&path, width, height, bands, self.opts.tile_size, georef)?;
             let (p, st) = (self.opts.patch_size as u64, self.opts.stride as u64);
             let windows = (grid_steps(src_w, p, st), grid_steps(src_h, p, st));
@@ -352,19 +366,25 @@ impl Stitcher {
                                     let cx = c0 as f64 + (w as f64 - 1.0) / 2.0;
                                     let d = (y as f64 - cy).abs().max((x as f64 - cx).abs());
                                     let cand = (d, r0, c0);
-                                    if acc.weight[px] == 0.0 || cand < acc.keys[px] {
-                                        acc.keys[px] = cand;
-                                        acc.weight[px] = 1.0;
-                                        for c in 0..k {
-                                            acc.values[px * k + c] = sample[(c * h + i) * w + j] as f64;
+                                    for c in 0..k {
+                                        let v = sample[(c * h + i) * w + j];
+                                        let q = px * k + c;
+                                        if v.is_finite() && (acc.weight[q] == 0.0 || cand < acc.keys[q]) {
+                                            acc.keys[q] = cand;
+                                            acc.weight[q] = 1.0;
+                                            acc.values[q] = v as f64;
                                         }
                                     }
                                 }
                                 _ => {
                                     let wt = wy[i] * wx[j];
-                                    acc.weight[px] += wt;
                                     for c in 0..k {
-                                        acc.values[px * k + c] += wt * sample[(c * h + i) * w + j] as f64;
+                                        let v = sample[(c * h + i) * w + j];
+                                        if v.is_finite() {
+                                            let q = px * k + c;
+                                            acc.weight[q] += wt;
+                                            acc.values[q] += wt * v as f64;
+                                        }
                                     }
                                 }
                             }
@@ -432,9 +452,9 @@ impl Acc {
         let n = (t * t) as usize;
         Self {
             values: vec![0.0; n * k],
-            weight: vec![0.0; n],
+            weight: vec![0.0; n * k],
             keys: if blend == Blend::Center {
-                vec![(f64::MAX, u64::MAX, u64::MAX); n]
+                vec![(f64::MAX, u64::MAX, u64::MAX); n * k]
             } else {
                 Vec::new()
             },
@@ -442,19 +462,17 @@ impl Acc {
         }
     }
 
-    /// The tile's values, NaN where no window reached.
-    fn finish(self, blend: Blend, k: usize) -> Vec<f32> {
+    /// The tile's values, NaN where no window brought a finite value.
+    fn finish(self, blend: Blend, _k: usize) -> Vec<f32> {
         let mut out = vec![f32::NAN; self.values.len()];
-        for (px, &wsum) in self.weight.iter().enumerate() {
+        for (q, &wsum) in self.weight.iter().enumerate() {
             if wsum > 0.0 {
-                for c in 0..k {
-                    let v = self.values[px * k + c];
-                    out[px * k + c] = if blend == Blend::Center {
-                        v as f32
-                    } else {
-                        (v / wsum) as f32
-                    };
-                }
+                let v = self.values[q];
+                out[q] = if blend == Blend::Center {
+                    v as f32
+                } else {
+                    (v / wsum) as f32
+                };
             }
         }
         out
@@ -495,6 +513,69 @@ mod tests {
             level: 0,
             padded: false,
         }
+    }
+
+    #[test]
+    fn non_finite_predictions_never_erase_finite_ones() {
+        let dir = std::env::temp_dir().join(format!("cogfeed-stitch-nan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for blend in [Blend::Mean, Blend::Cosine, Blend::Center] {
+            let out = dir.join(format!("nan-{blend:?}.tif"));
+            let opts = StitchOptions {
+                blend,
+                patch_size: 32,
+                stride: 16,
+                tile_size: 16,
+                ..Default::default()
+            };
+            // 48 px, windows at 0 and 16: the middle tile (1, 1) is covered by all four.
+            let mut st = Stitcher::new(&info(48), out.to_str().unwrap(), opts).unwrap();
+            let mut bad = vec![f32::NAN; 32 * 32];
+            bad[..16].fill(f32::INFINITY);
+            st.add(&[window(0, 0, 32)], &bad, [1, 1, 32, 32]).unwrap();
+            st.add(&[window(16, 16, 32)], &vec![5.0; 32 * 32], [1, 1, 32, 32])
+                .unwrap();
+            let acc = &st.scenes[&0].open[&4];
+            for q in 0..acc.values.len() {
+                let v = match blend {
+                    Blend::Center => acc.values[q],
+                    _ => acc.values[q] / acc.weight[q],
+                };
+                assert!((v - 5.0).abs() < 1e-9, "{blend:?}: pixel {q} is {v}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn two_scenes_onto_one_file_are_refused() {
+        let dir = std::env::temp_dir().join(format!("cogfeed-stitch-two-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut two = info(32);
+        let mut other = two.scenes[0].clone();
+        other.index = 1;
+        other.name = "s.TIFF".into();
+        two.scenes.push(other);
+        let out = dir.join("{scene}.tif");
+        let opts = StitchOptions {
+            patch_size: 32,
+            tile_size: 16,
+            ..Default::default()
+        };
+        let mut st = Stitcher::new(&two, out.to_str().unwrap(), opts).unwrap();
+        st.add(&[window(0, 0, 32)], &vec![1.0; 32 * 32], [1, 1, 32, 32])
+            .unwrap();
+        let mut second = window(0, 0, 32);
+        second.scene = 1;
+        let e = st
+            .add(&[second], &vec![1.0; 32 * 32], [1, 1, 32, 32])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("both map to") && e.contains("s.tif") && e.contains("s.TIFF"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

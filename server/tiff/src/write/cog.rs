@@ -107,8 +107,9 @@ impl CogWriter {
             }
             (w, h) = (w.div_ceil(2), h.div_ceil(2));
         }
-        let spool_path = path.with_extension("tif.spool");
-        let spool = BufWriter::new(File::create(&spool_path)?);
+        check_target(path)?;
+        let spool_path = sibling(path, "spool");
+        let spool = BufWriter::new(create_new(&spool_path)?);
         Ok(Self {
             path: path.to_path_buf(),
             spool_path,
@@ -221,8 +222,24 @@ impl CogWriter {
         }
         self.spool.flush()?;
         let layout = self.layout()?;
-        let tmp = self.path.with_extension("tif.partial");
-        let mut out = BufWriter::new(File::create(&tmp)?);
+        let tmp = sibling(&self.path, "partial");
+        let written = self.write_to(&tmp, &layout).and_then(|()| {
+            // Whatever appeared at the path meanwhile must still be a file to replace.
+            check_target(&self.path)?;
+            std::fs::rename(&tmp, &self.path)
+        });
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            let _ = std::fs::remove_file(&self.spool_path);
+            return Err(e);
+        }
+        let _ = std::fs::remove_file(&self.spool_path);
+        Ok(self.path.clone())
+    }
+
+    /// Writes the laid-out file to `tmp` (a fresh name beside the target).
+    fn write_to(&self, tmp: &Path, layout: &Layout) -> std::io::Result<()> {
+        let mut out = BufWriter::new(create_new(tmp)?);
         out.write_all(&layout.head)?;
         let mut spool = File::open(&self.spool_path)?;
         let mut buf = Vec::new();
@@ -235,10 +252,7 @@ impl CogWriter {
             }
         }
         out.flush()?;
-        drop(out);
-        std::fs::rename(&tmp, &self.path)?;
-        let _ = std::fs::remove_file(&self.spool_path);
-        Ok(self.path.clone())
+        Ok(())
     }
 
     /// Header and IFDs, with tile offsets for data laid out right after them.
@@ -323,9 +337,101 @@ struct Layout {
     head: Vec<u8>,
 }
 
+/// Refuses a target that exists and is not a regular file (a FIFO, a device, a directory, a
+/// symbolic link): renaming over it would replace it, `/dev/full` included.
+pub fn check_target(path: &Path) -> std::io::Result<()> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let t = meta.file_type();
+    if t.is_file() {
+        return Ok(());
+    }
+    let kind = if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file (a FIFO, a device or a socket)"
+    };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!("output path {} is {kind}: refusing to replace it", path.display()),
+    ))
+}
+
+/// A fresh name beside `path` for a file of this writer (`.name.tif.<pid>-<n>.<what>`), so
+/// two writers, or a stray file from a crash, never share one.
+fn sibling(path: &Path, what: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}-{n}.{what}", std::process::id()))
+}
+
+/// Creates `path`, which must not exist (never follows or truncates what is there).
+fn create_new(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new().write(true).create_new(true).open(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A one-tile COG at `path`.
+    fn write_one(path: &Path) -> std::io::Result<PathBuf> {
+        let mut w = CogWriter::create(path, 16, 16, 1, 16, None)?;
+        w.put(0, 0, vec![1.0; w.tile_values()])?;
+        w.finish()
+    }
+
+    #[test]
+    fn only_regular_files_are_replaced_and_nothing_stray_is_left() {
+        let dir = std::env::temp_dir().join(format!("cogfeed-target-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("file.tif");
+        std::fs::write(&file, b"old").unwrap();
+        assert_eq!(write_one(&file).unwrap(), file, "a regular file is replaced");
+        let fifo = dir.join("fifo.tif");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        let subdir = dir.join("dir.tif");
+        std::fs::create_dir(&subdir).unwrap();
+        let link = dir.join("link.tif");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let mut refused = vec![subdir, link.clone()];
+        if made.is_ok_and(|s| s.success()) {
+            refused.push(fifo);
+        }
+        for path in &refused {
+            let e = write_one(path).unwrap_err().to_string();
+            assert!(e.contains("refusing to replace it"), "{}: {e}", path.display());
+        }
+        assert_eq!(std::fs::read_link(&link).unwrap(), file, "the link is untouched");
+        // A target that turns into something else before the rename is refused then.
+        let late = dir.join("late.tif");
+        let mut w = CogWriter::create(&late, 16, 16, 1, 16, None).unwrap();
+        w.put(0, 0, vec![1.0; w.tile_values()]).unwrap();
+        std::fs::create_dir(&late).unwrap();
+        assert!(w.finish().unwrap_err().to_string().contains("a directory"));
+        // Only what was asked for is left: no spool, no partial file.
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want = vec!["dir.tif", "file.tif", "late.tif", "link.tif"];
+        if refused.len() == 3 {
+            want.insert(1, "fifo.tif");
+        }
+        assert_eq!(left, want);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn overviews_are_built_as_children_finish_and_the_layout_is_complete() {
