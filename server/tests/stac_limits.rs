@@ -183,3 +183,28 @@ async fn a_mosaic_of_many_overlapping_items_reads_only_until_every_pixel_is_fill
         "{read} of 100 objects read for a mosaic the first filled"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bbox_its_assets_contradict_is_refused_or_replaced_by_the_grid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, items) = series(dir.path());
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&items).unwrap()).unwrap();
+    let features = doc["features"].as_array_mut().unwrap();
+    let id = features[0]["id"].as_str().unwrap().to_string();
+    let good = features[0]["bbox"].clone();
+    // The bbox in the assets' projected units (UTM metres), as a broken catalog writes it.
+    features[0]["bbox"] = json!([600000.0, 5000000.0, 610000.0, 5010000.0]);
+    std::fs::write(&items, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let e = start_up_error(config.clone()).await;
+    assert!(e.contains(&id) && e.contains("projected units"), "{e}");
+    // Skip: served, placed by its grid, as with the right bbox.
+    let mut skip = config;
+    skip.datasets[0].on_bad_object = cogfeed_server::config::OnBadObject::Skip;
+    let app = App::build(skip).await.unwrap();
+    let ds = app.catalog.get("demo-series").unwrap();
+    let placed = ds.map.as_ref().unwrap().item_boxes().find(|(i, _)| *i == id).unwrap().1;
+    let want: Vec<f64> = serde_json::from_value(good).unwrap();
+    for (a, b) in placed.iter().zip(&want) {
+        assert!((a - b).abs() < 0.01, "{placed:?} against the catalog's own {want:?}");
+    }
+}

@@ -338,24 +338,50 @@ impl MapSpace {
             return Err(bad("the plan's grids and Items disagree".into()));
         }
         let wgs = Crs::from_epsg(4326)?;
+        let mut bad_bboxes = Vec::new();
         let bboxes: Vec<[f64; 4]> = items
             .iter()
             .map(|it| {
-                it.bbox.unwrap_or_else(|| {
-                    // No STAC bbox: from the first asset's grid.
-                    it.assets
-                        .values()
-                        .find_map(|a| {
-                            let (t, (r, cc), e) = (a.transform?, a.shape?, a.epsg?);
-                            let crs = Crs::from_epsg(e).ok()?;
-                            let (mut xs, mut ys) = edge_points(&t, cc as f64, r as f64, 20);
-                            Transformer::new(&crs, &wgs).transform(&mut xs, &mut ys);
-                            bbox_of(&xs, &ys)
-                        })
-                        .unwrap_or([-180.0, -90.0, 180.0, 90.0])
-                })
+                // The lon/lat box of the first asset's grid.
+                let grid = it.assets.values().find_map(|a| {
+                    let (t, (r, cc), e) = (a.transform?, a.shape?, a.epsg?);
+                    let crs = Crs::from_epsg(e).ok()?;
+                    let (mut xs, mut ys) = edge_points(&t, cc as f64, r as f64, 20);
+                    Transformer::new(&crs, &wgs).transform(&mut xs, &mut ys);
+                    bbox_of(&xs, &ys)
+                });
+                match (it.bbox, grid) {
+                    (Some(b), Some(g)) if !bbox_meets_grid(b, g) => {
+                        // A bbox in projected units, or of another place: the Item's own
+                        // footprints would assemble without it (all-nodata samples).
+                        bad_bboxes.push(format!(
+                            "Item {}: bbox {b:?} does not meet its assets' grid (lon/lat {g:?}; a bbox in projected units?)",
+                            it.id
+                        ));
+                        g
+                    }
+                    (Some(b), _) => b,
+                    (None, Some(g)) => g,
+                    (None, None) => [-180.0, -90.0, 180.0, 90.0],
+                }
             })
             .collect();
+        if !bad_bboxes.is_empty() {
+            match c.on_bad_object {
+                crate::config::OnBadObject::Fail => {
+                    return Err(bad(format!(
+                        "{} Item(s) with a bbox their assets' grids contradict (on_bad_object = \"skip\" places them by their grids): {}",
+                        bad_bboxes.len(),
+                        bad_bboxes.join("; ")
+                    )));
+                }
+                crate::config::OnBadObject::Skip => {
+                    for b in &bad_bboxes {
+                        tracing::warn!(dataset = %c.name, problem = %b, "bbox replaced by the assets' grid");
+                    }
+                }
+            }
+        }
         let (points, point_centres) = match &c.points {
             Some(url) => {
                 let set = read_points(&stores, url).await?;

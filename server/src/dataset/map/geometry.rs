@@ -28,6 +28,23 @@ pub(super) fn bbox_of(xs: &[f64], ys: &[f64]) -> Option<[f64; 4]> {
     b[0].is_finite().then_some(b)
 }
 
+/// Whether an Item's lon/lat `bbox` is lon/lat at all and meets `grid` (its assets' grid in
+/// lon/lat), with a margin of 0.01° for rounding and reprojection.
+pub(super) fn bbox_meets_grid(bbox: [f64; 4], grid: [f64; 4]) -> bool {
+    const MARGIN: f64 = 0.01;
+    let lonlat = bbox.iter().all(|v| v.is_finite())
+        && bbox[0].abs() <= 180.0 + MARGIN
+        && bbox[2].abs() <= 180.0 + MARGIN
+        && bbox[1].abs() <= 90.0 + MARGIN
+        && bbox[3].abs() <= 90.0 + MARGIN;
+    // An antimeridian-crossing bbox (west > east) is taken as meeting.
+    let crosses = bbox[0] > bbox[2];
+    lonlat
+        && (crosses || (bbox[0] <= grid[2] + MARGIN && bbox[2] >= grid[0] - MARGIN))
+        && bbox[1] <= grid[3] + MARGIN
+        && bbox[3] >= grid[1] - MARGIN
+}
+
 /// The EPSG:4326 bbox of a footprint's `bounds` in `crs`, for pruning candidates: corners
 /// and edge midpoints, widened by 0.0005° (~50 m; a footprint's edges bulge far less).
 pub(super) fn lonlat_bbox(crs: &Crs, bounds: [f64; 4]) -> Option<[f64; 4]> {
