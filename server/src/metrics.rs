@@ -136,7 +136,7 @@ impl Metrics {
             rejected_draws: counter_vec(
                 &r,
                 "cogfeed_rejected_draws_total",
-                "Sample draws rejected and redrawn, by reason (split: footprint outside the requested split; valid: under min_valid_fraction)",
+                "Sample draws rejected and redrawn, by reason (split: footprint outside the requested split; valid: under min_valid_fraction; series: a time layer missing a date under require_full_series)",
                 &["reason"],
             ),
             balanced_class_pixels: counter_vec(

@@ -190,12 +190,26 @@ async fn an_area_of_interest_limits_where_samples_are_drawn() {
     let wgs = cogfeed_geo::Crs::from_epsg(4326).unwrap();
     let utm = cogfeed_geo::Crs::from_epsg(32632).unwrap();
     let to_lonlat = cogfeed_geo::Transformer::new(&utm, &wgs);
+    // Every corner of a footprint lies inside the aoi (a grid's padded last windows reach
+    // past its edge, as at any grid's edge).
+    let inside = |m: &pb::SampleInfo| {
+        [(0, 1), (0, 3), (2, 1), (2, 3)].iter().all(|&(x, y)| {
+            let (lon, lat) = to_lonlat.point(m.bounds[x], m.bounds[y]).unwrap();
+            lon >= aoi[0] - 1e-7 && lon <= aoi[2] + 1e-7 && lat >= aoi[1] - 1e-7 && lat <= aoi[3] + 1e-7
+        })
+    };
     for m in batches.iter().flat_map(|b| &b.samples) {
         assert_eq!(m.crs, "EPSG:32632");
-        // Every footprint meets the aoi (the grid is snapped outwards to whole tiles).
-        let (lon0, lat0) = to_lonlat.point(m.bounds[0], m.bounds[1]).unwrap();
-        let (lon1, lat1) = to_lonlat.point(m.bounds[2], m.bounds[3]).unwrap();
-        assert!(lon0 < aoi[2] + 0.04 && lon1 > aoi[0] - 0.04 && lat0 < aoi[3] + 0.04 && lat1 > aoi[1] - 0.04);
+        assert!(m.padded || inside(m), "{:?} leaves the aoi", m.bounds);
+    }
+    let mut random = request(pb::Sampler::Random, 32, 8);
+    random.layers = vec!["image".into()];
+    random.samples_per_epoch = 64;
+    let drawn = collect(&d.addr, random).await;
+    let drawn: Vec<_> = drawn.iter().flat_map(|b| &b.samples).collect();
+    assert_eq!(drawn.len(), 64);
+    for m in drawn {
+        assert!(inside(m), "a random draw at {:?} leaves the aoi", m.bounds);
     }
     let mut bad = stac_config(tmp.path());
     bad.datasets[0].aoi = Some([0.0, 0.0, 1.0, 1.0]);

@@ -208,3 +208,56 @@ async fn a_bbox_its_assets_contradict_is_refused_or_replaced_by_the_grid() {
         assert!((a - b).abs() < 0.01, "{placed:?} against the catalog's own {want:?}");
     }
 }
+
+/// Samples of `demo-series` whose `s2` steps are not all dates, of `n` random draws.
+async fn short_series(config: Config, n: u64) -> (usize, usize) {
+    use cogfeed_client::pb;
+    let d = {
+        let app = App::build(config).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move { app.serve(listener, std::future::pending()).await });
+        addr
+    };
+    let r = pb::StreamBatchesRequest {
+        dataset: "demo-series".into(),
+        job: "series".into(),
+        sampler: pb::Sampler::Random as i32,
+        patch_size: 32,
+        batch_size: 8,
+        seed: 4,
+        world_size: 1,
+        samples_per_epoch: n,
+        layers: vec!["s2".into()],
+        ..Default::default()
+    };
+    use futures::StreamExt;
+    let mut client = cogfeed_client::Client::connect(&d).await.unwrap();
+    let batches: Vec<_> = client.stream(r).await.unwrap().map(|b| b.unwrap()).collect().await;
+    let (mut short, mut all) = (0, 0);
+    for b in &batches {
+        let mask = &b.time_masks.iter().find(|(n, _)| n == "s2").unwrap().1;
+        let t = mask.shape[1];
+        for s in mask.data.chunks(t) {
+            all += 1;
+            short += usize::from(s.contains(&0));
+        }
+    }
+    (short, all)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_full_series_redraws_samples_with_a_missing_date() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut config, _) = series(dir.path());
+    config.datasets[0].layers[0].time_steps = Some(5);
+    let (short, all) = short_series(config.clone(), 64).await;
+    assert!(
+        short > 0 && all == 64,
+        "the archive has draws with a missing date ({short} of {all})"
+    );
+    config.datasets[0].sampling.as_mut().unwrap().require_full_series = true;
+    config.datasets[0].sampling.as_mut().unwrap().max_attempts = Some(256);
+    let (short, all) = short_series(config, 64).await;
+    assert_eq!((short, all), (0, 64), "every kept sample fills its 5 steps");
+}

@@ -168,6 +168,11 @@ pub struct SamplingConfig {
     /// Draws tried per sample before the stream fails (default 64).
     #[serde(default)]
     pub max_attempts: Option<u32>,
+    /// Keep only draws whose streamed time layers fill all their steps: a draw with a
+    /// missing date is rejected and redrawn like an invalid one (random, aligned and
+    /// balanced samplers; a grid or points sampler keeps its samples).
+    #[serde(default)]
+    pub require_full_series: bool,
 }
 
 /// `[datasets.balance]`: class-balanced sampling from a class layer's histograms.

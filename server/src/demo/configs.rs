@@ -138,6 +138,7 @@ impl Config {
                 mask_layer: Some("scl".into()),
                 invalid_classes: vec![0, 1, 3, 8, 9, 10],
                 max_attempts: None,
+                require_full_series: false,
             }),
             split: Some(SplitConfig {
                 cell_size: 1000.0,

@@ -258,12 +258,12 @@ async fn load_map_sample(
         .map(|m| Timer::start(&m.stage_seconds.with_label_values(&["warp"])));
     let rule = map.valid.as_ref();
     // A grid covers, and a point is its own sample: neither is redrawn.
-    let min = rule.and_then(|r| r.min).filter(|_| {
-        !matches!(
-            job.plan.kind(),
-            crate::sampler::SamplerKind::Grid | crate::sampler::SamplerKind::Points
-        )
-    });
+    let redrawn = !matches!(
+        job.plan.kind(),
+        crate::sampler::SamplerKind::Grid | crate::sampler::SamplerKind::Points
+    );
+    let min = rule.and_then(|r| r.min).filter(|_| redrawn);
+    let full_series = redrawn && rule.is_some_and(|r| r.require_full_series);
     let mut wanted = job.layers.clone();
     if rule.is_some() {
         // The valid fraction needs the reference layer and the mask.
@@ -275,7 +275,7 @@ async fn load_map_sample(
     }
     let max_reads = rule.map_or(crate::dataset::map::DEFAULT_ATTEMPTS, |r| r.max_attempts);
     let max_draws = max_reads.saturating_mul(GEOMETRY_DRAWS_PER_ATTEMPT);
-    let (mut reads, mut rejected_split, mut rejected_valid) = (0u32, 0u32, 0u32);
+    let (mut reads, mut rejected_split, mut rejected_valid, mut rejected_series) = (0u32, 0u32, 0u32, 0u32);
     for attempt in 0..max_draws {
         let Some(window) = job.plan.attempt(i, attempt) else {
             break;
@@ -302,6 +302,10 @@ async fn load_map_sample(
             && meta.valid_fraction.unwrap_or(0.0) < min
         {
             rejected_valid += 1;
+            continue;
+        }
+        if full_series && meta.times.iter().any(|(_, days)| days.iter().any(Option::is_none)) {
+            rejected_series += 1;
             continue;
         }
         let layers: Vec<Vec<u8>> = job.layers.iter().map(|&l| std::mem::take(&mut all[l])).collect();
@@ -335,6 +339,9 @@ async fn load_map_sample(
             m.rejected_draws
                 .with_label_values(&["valid"])
                 .inc_by(u64::from(rejected_valid));
+            m.rejected_draws
+                .with_label_values(&["series"])
+                .inc_by(u64::from(rejected_series));
         }
         return Ok(Sample {
             image: SampleImage::Owned(Vec::new()),
@@ -350,8 +357,9 @@ async fn load_map_sample(
         .and_then(|s| map.split.as_ref().map(|r| r.names[s].clone()))
         .map_or(String::new(), |s| format!(" in split {s}"));
     let valid = min.map_or(String::new(), |m| format!(" with a valid fraction of at least {m}"));
+    let series = if full_series { " and full time series" } else { "" };
     Err(Error::FailedPrecondition(format!(
-        "sample {i}: no draw{split}{valid} ({rejected_split} outside the split, {rejected_valid} under the valid fraction, {reads} read; raise sampling.max_attempts or lower the threshold)"
+        "sample {i}: no draw{split}{valid}{series} ({rejected_split} outside the split, {rejected_valid} under the valid fraction, {rejected_series} with a missing date, {reads} read; raise sampling.max_attempts or lower the threshold)"
     )))
 }
 

@@ -303,6 +303,7 @@ impl MapSpace {
                     mask_layer,
                     invalid_classes: sm.invalid_classes.iter().map(|&v| v as f64).collect(),
                     max_attempts: sm.max_attempts.unwrap_or(DEFAULT_ATTEMPTS),
+                    require_full_series: sm.require_full_series,
                 })
             })
             .transpose()?;

@@ -96,23 +96,46 @@ pub(super) fn aligned_window(src: &AssetSource, fp: &Footprint, layer: &LayerSpe
     })
 }
 
-/// The part of `g` inside `aoi` (EPSG:4326), snapped outwards to whole pixels (its origin
-/// to the tile grid); None when they do not meet.
+/// The part of `g` inside `aoi` (EPSG:4326): the largest box of whole pixels of `g` whose
+/// every footprint lies inside the area (the AOI's edges, densified and reprojected, bound
+/// it from inside; a pixel the edge cuts is left out). None when no whole pixel fits.
+/// Windows drawn on the result lie inside the AOI; aligned windows keep to this box and so
+/// may straddle source tiles.
 pub(super) fn clip_to_aoi(g: &RefGrid, aoi: [f64; 4]) -> Option<RefGrid> {
+    const STEPS: usize = 20;
     let wgs = Crs::from_epsg(4326).ok()?;
-    let t = Affine::north_up(aoi[0], aoi[3], 1.0);
-    let (mut xs, mut ys) = edge_points(&t, aoi[2] - aoi[0], aoi[3] - aoi[1], 20);
-    Transformer::new(&wgs, &g.crs).transform(&mut xs, &mut ys);
-    let b = bbox_of(&xs, &ys)?;
+    let to_grid = Transformer::new(&wgs, &g.crs);
+    let edge = |from: (f64, f64), to: (f64, f64)| -> (Vec<f64>, Vec<f64>) {
+        let (mut xs, mut ys): (Vec<f64>, Vec<f64>) = (0..=STEPS)
+            .map(|k| {
+                let t = k as f64 / STEPS as f64;
+                (from.0 + t * (to.0 - from.0), from.1 + t * (to.1 - from.1))
+            })
+            .unzip();
+        to_grid.transform(&mut xs, &mut ys);
+        (xs, ys)
+    };
+    let [w, s, e, n] = aoi;
+    let (left, _) = edge((w, s), (w, n));
+    let (right, _) = edge((e, s), (e, n));
+    let (_, bottom) = edge((w, s), (e, s));
+    let (_, top) = edge((w, n), (e, n));
+    let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
+    if !(finite(&left) && finite(&right) && finite(&bottom) && finite(&top)) {
+        return None;
+    }
+    let max = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let inner = [max(&left), max(&bottom), min(&right), min(&top)];
     let inv = g.transform.inverse().ok()?;
-    let (c0, r0) = inv.apply(b[0], b[3]);
-    let (c1, r1) = inv.apply(b[2], b[1]);
-    // Snapped to the tile grid, so aligned windows still read one tile each.
-    let (bw, bh) = (g.block.0.max(1) as f64, g.block.1.max(1) as f64);
-    let col0 = ((c0 / bw).floor() * bw).max(0.0);
-    let row0 = ((r0 / bh).floor() * bh).max(0.0);
-    let col1 = c1.ceil().min(g.width as f64);
-    let row1 = r1.ceil().min(g.height as f64);
+    let (c0, r0) = inv.apply(inner[0], inner[3]);
+    let (c1, r1) = inv.apply(inner[2], inner[1]);
+    // Whole pixels inside, with a hair of tolerance for an AOI on pixel edges.
+    const EPS: f64 = 1e-6;
+    let col0 = (c0.min(c1) - EPS).ceil().max(0.0);
+    let row0 = (r0.min(r1) - EPS).ceil().max(0.0);
+    let col1 = (c0.max(c1) + EPS).floor().min(g.width as f64);
+    let row1 = (r0.max(r1) + EPS).floor().min(g.height as f64);
     if !(col1 > col0 && row1 > row0) {
         return None;
     }

@@ -21,6 +21,8 @@ pub struct ValidRule {
     pub invalid_classes: Vec<f64>,
     /// Data-reading draws per sample before the stream fails.
     pub max_attempts: u32,
+    /// Draws whose time layers miss a step are redrawn.
+    pub require_full_series: bool,
 }
 
 /// A layer's bytes and geometry, as delivered: `[T, C, H, W]` (T = 1 without time).
