@@ -4,23 +4,26 @@
 //! extension), band types and nodata (raster extension); [`document`] reads the documents
 //! Items come in (ItemCollection, a single Item, a JSON array, newline-delimited Items),
 //! resolves relative hrefs against the document and applies `href_rewrite`; [`geoparquet`]
-//! reads stac-geoparquet files. No network and
-//! no file access happen here: the caller fetches the bytes.
+//! reads stac-geoparquet files, within a bound on what they decode to ([`budget`]). No
+//! network and no file access happen here: the caller fetches the bytes.
 
 #![deny(missing_docs)]
 
+pub mod budget;
 pub mod describe;
 pub mod document;
 pub mod filter;
 pub mod geoparquet;
 pub mod index;
 pub mod item;
+mod pages;
 pub mod points;
 
+pub use budget::DEFAULT_MAX_DECODED_BYTES;
 pub use describe::{describe, describe_text};
 pub use document::{HrefRewrite, parse_document, resolve_href};
 pub use filter::ItemFilter;
-pub use geoparquet::{is_parquet, parse_geoparquet};
+pub use geoparquet::{is_parquet, parse_geoparquet, parse_geoparquet_bounded};
 pub use index::BboxIndex;
 pub use item::{Asset, BandInfo, Item};
 

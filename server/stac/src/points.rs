@@ -3,11 +3,14 @@
 //! EPSG:4326 or the CRS the dataset names. Each point
 //! keeps an id (the feature's `id`, the CSV's `id` column, or its position) and its numeric
 //! attributes (numbers, and booleans as 0/1), which travel with its sample as targets.
-//! Attributes missing on a point are NaN.
+//! Attributes missing on a point are NaN. A GeoParquet file that would decode to more
+//! than a limit is refused before it is decoded ([`crate::budget`]).
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
+
+use crate::budget::DEFAULT_MAX_DECODED_BYTES;
 
 /// Largest points file read whole.
 pub const MAX_POINTS_BYTES: u64 = 1 << 30;
@@ -181,18 +184,63 @@ fn wkb_point(b: &[u8]) -> Option<(f64, f64)> {
 }
 
 /// Parses a GeoParquet file of points: a WKB `geometry` column, an optional `id`, numeric
-/// and boolean columns as attributes.
+/// and boolean columns as attributes. Refuses a file that would decode to more than
+/// [`DEFAULT_MAX_DECODED_BYTES`] (see [`parse_geoparquet_bounded`]).
 pub fn parse_geoparquet(bytes: bytes::Bytes) -> Result<PointSet, String> {
+    parse_geoparquet_bounded(bytes, DEFAULT_MAX_DECODED_BYTES)
+}
+
+/// Bytes counted per point, besides its values, for its id and coordinates.
+const POINT_ROW_BYTES: u64 = 64;
+
+/// [`parse_geoparquet`], refusing before it is decoded a file whose columns read (geometry,
+/// id, numeric and boolean ones) would decode to more than `max_decoded_bytes` (counted by
+/// [`crate::budget::check`], plus 64 bytes per point).
+pub fn parse_geoparquet_bounded(bytes: bytes::Bytes, max_decoded_bytes: u64) -> Result<PointSet, String> {
     use arrow_array::{Array, BinaryArray, Float64Array, StringArray};
     use arrow_schema::DataType;
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .map_err(|e| format!("not a readable Parquet file ({e})"))?
+    use parquet::arrow::ProjectionMask;
+    use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+    use parquet::file::metadata::PageIndexPolicy;
+
+    use crate::budget::{self, BudgetError, Meter};
+    let over = |e: BudgetError| match e {
+        BudgetError::OverLimit { .. } => format!("GeoParquet too large: {e}"),
+        BudgetError::Malformed { .. } => format!("corrupt column chunk ({e})"),
+    };
+    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Skip);
+    let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(bytes.clone(), options)
+        .map_err(|e| format!("not a readable Parquet file ({e})"))?;
+    if builder.schema().column_with_name("geometry").is_none() {
+        return Err("no geometry column".into());
+    }
+    // Only the columns a point keeps are read.
+    let read: Vec<String> = builder
+        .schema()
+        .fields()
+        .iter()
+        .filter(|f| {
+            ["geometry", "id"].contains(&f.name().as_str())
+                || f.data_type().is_numeric()
+                || f.data_type() == &DataType::Boolean
+        })
+        .map(|f| f.name().clone())
+        .collect();
+    let schema = builder.parquet_schema();
+    let root = |c: usize| schema.column(c).path().parts().first().cloned().unwrap_or_default();
+    let mask = ProjectionMask::leaves(schema, (0..schema.num_columns()).filter(|&c| read.contains(&root(c))));
+    budget::check(&bytes, builder.metadata(), &mask, POINT_ROW_BYTES, max_decoded_bytes).map_err(over)?;
+    let reader = builder
+        .with_projection(mask)
+        .with_batch_size(1024)
         .build()
         .map_err(|e| format!("cannot read its row groups ({e})"))?;
+    let mut meter = Meter::new(max_decoded_bytes);
     let mut set = PointSet::default();
     let mut columns: Option<Vec<String>> = None;
     for batch in reader {
         let batch = batch.map_err(|e| format!("corrupt row group ({e})"))?;
+        meter.add(&batch).map_err(over)?;
         let names = columns.get_or_insert_with(|| {
             let mut n: Vec<String> = batch
                 .schema()
@@ -253,10 +301,17 @@ pub fn parse_geoparquet(bytes: bytes::Bytes) -> Result<PointSet, String> {
 }
 
 /// Parses `bytes` named `url`: GeoParquet by its magic number, CSV when the name ends in
-/// `.csv`, else GeoJSON.
+/// `.csv`, else GeoJSON. A GeoParquet file may decode to at most
+/// [`DEFAULT_MAX_DECODED_BYTES`] (see [`parse_bounded`]).
 pub fn parse(url: &str, bytes: &[u8]) -> Result<PointSet, String> {
+    parse_bounded(url, bytes, DEFAULT_MAX_DECODED_BYTES)
+}
+
+/// [`parse`], a GeoParquet file decoding to at most `max_decoded_bytes`. Errors do not
+/// name the file: the caller does (`points {url}: ...`), as for every points error.
+pub fn parse_bounded(url: &str, bytes: &[u8], max_decoded_bytes: u64) -> Result<PointSet, String> {
     let set = if crate::is_parquet(bytes) {
-        parse_geoparquet(bytes::Bytes::copy_from_slice(bytes))?
+        parse_geoparquet_bounded(bytes::Bytes::copy_from_slice(bytes), max_decoded_bytes)?
     } else if url.to_ascii_lowercase().ends_with(".csv") {
         parse_csv(bytes)?
     } else {
@@ -330,6 +385,66 @@ mod tests {
         assert_eq!(s.values[0], [3.0, 1.0, 7.5]);
         assert!(s.values[1][2].is_nan());
         assert_eq!(wkb_point(&[1, 2, 0, 0, 0]), None, "a LineString is not a point");
+    }
+
+    /// `rows` points: WKB geometry, `yield`, and `notes`, `rows` copies of one `len`-byte
+    /// string (dictionary-encoded, held once by the file); with `bomb_id` the ids are
+    /// such copies too.
+    fn points_file(rows: usize, len: usize, bomb_id: bool) -> bytes::Bytes {
+        use std::sync::Arc;
+
+        use arrow_array::{ArrayRef, BinaryArray, DictionaryArray, Float64Array, Int32Array, RecordBatch, StringArray};
+        let repeated = || -> ArrayRef {
+            let values = Arc::new(StringArray::from(vec!["z".repeat(len)]));
+            let keys = Int32Array::from(vec![0; rows]);
+            Arc::new(DictionaryArray::<arrow_array::types::Int32Type>::try_new(keys, values).unwrap())
+        };
+        let ids: ArrayRef = if bomb_id {
+            repeated()
+        } else {
+            Arc::new(StringArray::from(
+                (0..rows).map(|i| format!("p{i}")).collect::<Vec<_>>(),
+            ))
+        };
+        let wkb: Vec<Vec<u8>> = (0..rows)
+            .map(|i| [&[1u8, 1, 0, 0, 0][..], &(i as f64).to_le_bytes(), &46f64.to_le_bytes()].concat())
+            .collect();
+        let batch = RecordBatch::try_from_iter([
+            ("id", ids),
+            (
+                "geometry",
+                Arc::new(BinaryArray::from_iter_values(wkb.iter())) as ArrayRef,
+            ),
+            ("yield", Arc::new(Float64Array::from(vec![1.5; rows])) as ArrayRef),
+            ("notes", repeated()),
+        ])
+        .unwrap();
+        bytes::Bytes::from(crate::budget::testfiles::zstd(&batch, 2 * len + 4096))
+    }
+
+    #[test]
+    fn geoparquet_points_bomb_is_refused_before_decoding() {
+        // 1024 ids of 1 MiB each: 1 GiB decoded from a few KiB.
+        let file = points_file(1024, 1 << 20, true);
+        assert!(file.len() < 64 << 10, "{} bytes", file.len());
+        let e = parse_bounded("points.parquet", &file, 16 << 20).unwrap_err();
+        assert!(e.starts_with("GeoParquet too large: at least "), "{e}");
+        assert!(
+            e.ends_with("decoded would exceed the 16.0 MiB limit (row group 0, column id)"),
+            "{e}"
+        );
+        assert_eq!(parse_geoparquet_bounded(file, 16 << 20).unwrap_err(), e);
+    }
+
+    #[test]
+    fn geoparquet_points_columns_not_kept_are_not_read() {
+        // `notes` would decode to 1 GiB, but a point keeps no string attributes.
+        let s = parse_bounded("points.parquet", &points_file(1024, 1 << 20, false), 16 << 20).unwrap();
+        assert_eq!((s.ids.len(), s.names.as_slice()), (1024, &["yield".to_string()][..]));
+        assert_eq!(
+            (s.ids[3].as_str(), s.coords[3], s.values[3][0]),
+            ("p3", (3.0, 46.0), 1.5)
+        );
     }
 
     #[test]
