@@ -261,3 +261,28 @@ async fn require_full_series_redraws_samples_with_a_missing_date() {
     let (short, all) = short_series(config, 64).await;
     assert_eq!((short, all), (0, 64), "every kept sample fills its 5 steps");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_item_is_named_in_one_pass_and_skip_serves_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, items) = series(dir.path());
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&items).unwrap()).unwrap();
+    let mut broken = Vec::new();
+    for f in doc["features"].as_array_mut().unwrap() {
+        if broken.len() < 2 && f["assets"].get("B02").is_some() {
+            f["assets"]["B02"]["href"] = json!(format!("gone_{}.tif", broken.len()));
+            broken.push(f["id"].as_str().unwrap().to_string());
+        }
+    }
+    std::fs::write(&items, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let e = start_up_error(config.clone()).await;
+    assert!(
+        e.contains("2 of ") && broken.iter().all(|id| e.contains(id.as_str())),
+        "{e}"
+    );
+    let mut skip = config;
+    skip.datasets[0].on_bad_object = cogfeed_server::config::OnBadObject::Skip;
+    let app = App::build(skip).await.unwrap();
+    let ds = app.catalog.get("demo-series").unwrap();
+    assert!(!ds.scenes.is_empty(), "the rest is served");
+}

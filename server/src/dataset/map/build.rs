@@ -111,7 +111,8 @@ impl MapSpace {
                 }
             }
         }
-        // Reference assets: opened now (checks, tile grid, ETag for the version).
+        // Reference assets: opened now (checks, tile grid, ETag for the version), each
+        // within OPEN_TIMEOUT; every failure is reported in one pass.
         let opened: Vec<Result<AssetSource>> = futures::stream::iter(drawn.clone())
             .map(|i| {
                 let (stores, headers, options) = (stores.clone(), headers.clone(), options.clone());
@@ -119,14 +120,68 @@ impl MapSpace {
                 let key = ref_asset.clone();
                 async move {
                     let asset = item.asset(&key)?;
-                    let object = open(&stores, &headers, &asset.href, &options).await?;
+                    let object = tokio::time::timeout(OPEN_TIMEOUT, open(&stores, &headers, &asset.href, &options))
+                        .await
+                        .map_err(|_| {
+                            Error::tiff(
+                                asset.href.as_str(),
+                                cogfeed_tiff::TiffError::Read(cogfeed_tiff::ReadError::Unavailable(format!(
+                                    "no answer within {} s",
+                                    OPEN_TIMEOUT.as_secs()
+                                ))),
+                            )
+                        })??;
                     AssetSource::new(&item.id, asset, object)
                 }
             })
             .buffered(64)
             .collect()
             .await;
-        let refs: Vec<AssetSource> = opened.into_iter().collect::<Result<_>>()?;
+        let (mut refs, mut kept, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+        let mut bad_items = std::collections::HashSet::new();
+        for (i, r) in drawn.iter().zip(opened) {
+            match r {
+                Ok(s) => {
+                    refs.push(s);
+                    kept.push(*i);
+                }
+                Err(e) => {
+                    bad_items.insert(*i);
+                    failed.push(format!("Item {}: {e}", items[*i].id));
+                }
+            }
+        }
+        if !failed.is_empty() {
+            match c.on_bad_object {
+                crate::config::OnBadObject::Fail => {
+                    const SHOWN: usize = 20;
+                    let more = failed.len().saturating_sub(SHOWN);
+                    return Err(bad(format!(
+                        "{} of {} Items have a reference asset that cannot be opened (on_bad_object = \"skip\" serves the rest): {}{}",
+                        failed.len(),
+                        drawn.len(),
+                        failed[..failed.len().min(SHOWN)].join("; "),
+                        if more > 0 {
+                            format!("; and {more} more")
+                        } else {
+                            String::new()
+                        }
+                    )));
+                }
+                crate::config::OnBadObject::Skip => {
+                    for f in &failed {
+                        tracing::error!(dataset = %c.name, problem = %f, "bad object");
+                    }
+                    if refs.is_empty() {
+                        return Err(bad(format!(
+                            "no Item's reference asset can be opened ({} tried)",
+                            drawn.len()
+                        )));
+                    }
+                }
+            }
+        }
+        let drawn = kept;
         tracing::info!(
             dataset = %c.name,
             assets = refs.len(),
@@ -137,12 +192,17 @@ impl MapSpace {
         let mut facts = Vec::with_capacity(c.layers.len());
         for l in &c.layers {
             let filter = layer_filter(l)?;
-            let holder = items.iter().find(|it| reads(l, &filter, it)).ok_or_else(|| {
-                bad(format!(
-                    "layer {}: no single item (passing its filter) has all of {:?}",
-                    l.name, l.assets
-                ))
-            })?;
+            let holder = items
+                .iter()
+                .enumerate()
+                .find(|(i, it)| !bad_items.contains(i) && reads(l, &filter, it))
+                .map(|(_, it)| it)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "layer {}: no single item (passing its filter) has all of {:?}",
+                        l.name, l.assets
+                    ))
+                })?;
             let mut f = plan_index::LayerFacts {
                 dtype: String::new(),
                 bands: 0,

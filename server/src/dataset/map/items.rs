@@ -27,7 +27,11 @@ pub async fn read_items(stores: &Stores, url: &str, rewrite: &HrefRewrite) -> Re
             ));
         }
         if cogfeed_stac::is_parquet(&prefix.bytes) {
-            return checked_ids(&url, cogfeed_stac::parse_geoparquet(&url, prefix.bytes, rewrite)?);
+            let limit = decoded_limit();
+            return checked_ids(
+                &url,
+                cogfeed_stac::parse_geoparquet_bounded(&url, prefix.bytes, rewrite, limit)?,
+            );
         }
         if prefix.object_size > MAX_DOCUMENT_BYTES {
             return Err(doc_error(
@@ -67,6 +71,13 @@ pub const MAX_ITEM_ID_BYTES: usize = 1024;
 pub const MAX_POINT_ATTRIBUTES: usize = 256;
 /// Longest point id or attribute name served.
 pub const MAX_POINT_NAME_BYTES: usize = 256;
+
+/// What one decoded stac-geoparquet or points file may take: what the daemon can afford
+/// (its default memory budget, a quarter of the machine's or the cgroup's memory), at least
+/// the crate's default.
+fn decoded_limit() -> u64 {
+    crate::memory::default_budget_bytes().max(cogfeed_stac::DEFAULT_MAX_DECODED_BYTES)
+}
 
 /// `items`, or an error naming the first whose id is longer than [`MAX_ITEM_ID_BYTES`].
 fn checked_ids(doc: &str, items: Vec<Item>) -> Result<Vec<Item>> {
@@ -117,7 +128,8 @@ pub(super) async fn read_points(stores: &Stores, url: &str) -> Result<points::Po
             points::MAX_POINTS_BYTES
         )));
     }
-    let set = points::parse(url, &prefix.bytes).map_err(|m| Error::InvalidArgument(format!("points {url}: {m}")))?;
+    let set = points::parse_bounded(url, &prefix.bytes, decoded_limit())
+        .map_err(|m| Error::InvalidArgument(format!("points {url}: {m}")))?;
     let refuse = |m: String| Err(Error::InvalidArgument(format!("points {url}: {m}")));
     if set.names.len() > MAX_POINT_ATTRIBUTES {
         return refuse(format!(

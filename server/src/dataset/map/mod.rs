@@ -52,6 +52,9 @@ const SOURCE_CACHE_ENTRIES: u64 = 65_536;
 const LIST_CONCURRENCY: usize = 32;
 /// Data-reading draws per sample before a stream with `min_valid_fraction` fails.
 pub const DEFAULT_ATTEMPTS: u32 = 64;
+/// Longest a start-up open of one asset may take (retries included) before the object is
+/// reported bad: one href that never answers must not hold start-up for minutes.
+const OPEN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 /// Pixels across the coarse footprint that estimates a valid fraction from overviews.
 const ESTIMATE_SIDE: u64 = 32;
 
