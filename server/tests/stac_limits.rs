@@ -286,3 +286,42 @@ async fn every_bad_item_is_named_in_one_pass_and_skip_serves_the_rest() {
     let ds = app.catalog.get("demo-series").unwrap();
     assert!(!ds.scenes.is_empty(), "the rest is served");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asset_hrefs_are_confined_to_the_catalogs_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, items) = series(dir.path());
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&items).unwrap()).unwrap();
+    let mut escaped = Vec::new();
+    for (f, href) in doc["features"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .filter(|f| f["assets"].get("B02").is_some())
+        .zip([
+            "/etc/passwd",
+            "../../../../etc/hostname",
+            "http://169.254.169.254/latest/meta-data",
+        ])
+    {
+        f["assets"]["B02"]["href"] = json!(href);
+        escaped.push(f["id"].as_str().unwrap().to_string());
+    }
+    std::fs::write(&items, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let e = start_up_error(config.clone()).await;
+    assert!(
+        e.contains("3 Item(s) with an asset outside the allowed prefixes")
+            && escaped.iter().all(|id| e.contains(id.as_str())),
+        "{e}"
+    );
+    // Skip serves the rest; naming the prefixes explicitly lets nothing else in either.
+    let mut skip = config.clone();
+    skip.datasets[0].on_bad_object = cogfeed_server::config::OnBadObject::Skip;
+    let app = App::build(skip).await.unwrap();
+    let ds = app.catalog.get("demo-series").unwrap();
+    let map = ds.map.as_ref().unwrap();
+    assert!(map.items.iter().all(|i| !escaped.contains(&i.id)));
+    let mut listed = config;
+    listed.datasets[0].allowed_prefixes = Some(vec![format!("{}/", items.parent().unwrap().display())]);
+    assert!(start_up_error(listed).await.contains("3 Item(s)"));
+}

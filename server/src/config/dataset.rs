@@ -72,6 +72,11 @@ pub struct DatasetConfig {
     /// STAC datasets: URL prefix rewrites applied to asset hrefs (longest prefix first).
     #[serde(default)]
     pub href_rewrite: std::collections::BTreeMap<String, String>,
+    /// STAC datasets: the prefixes asset hrefs must start with (after `..` is resolved);
+    /// default: the catalog document's own store (its directory for a local catalog) and
+    /// the `href_rewrite` targets. An Item with an asset elsewhere is a bad object.
+    #[serde(default)]
+    pub allowed_prefixes: Option<Vec<String>>,
     /// STAC datasets: which Items are used (`datetime`, `bbox`, `collections`, and
     /// property predicates such as `"eo:cloud_cover" = "<= 20"`).
     #[serde(default)]

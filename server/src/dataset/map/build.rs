@@ -80,6 +80,38 @@ impl MapSpace {
             .clone()
             .unwrap_or_else(|| vec!["datetime".into(), "id".into()]);
         sort_items(&mut items, &keys);
+        // Assets must live under the allowed prefixes (the catalog cannot point anywhere).
+        let confined = super::confine::Confinement::for_dataset(c);
+        let outside = |it: &Item| {
+            c.layers
+                .iter()
+                .flat_map(|l| &l.assets)
+                .filter_map(|a| it.assets.get(a))
+                .find(|a| !confined.allows(&a.href))
+                .map(|a| a.key.clone())
+        };
+        let escaped: Vec<String> = items
+            .iter()
+            .filter_map(|it| outside(it).map(|a| format!("Item {}, asset {a}", it.id)))
+            .collect();
+        if !escaped.is_empty() {
+            let allowed = confined.prefixes().join(", ");
+            match c.on_bad_object {
+                crate::config::OnBadObject::Fail => {
+                    return Err(bad(format!(
+                        "{} Item(s) with an asset outside the allowed prefixes ({allowed}; set allowed_prefixes): {}",
+                        escaped.len(),
+                        escaped[..escaped.len().min(20)].join("; ")
+                    )));
+                }
+                crate::config::OnBadObject::Skip => {
+                    for e in &escaped {
+                        tracing::error!(dataset = %c.name, problem = %e, allowed = %allowed, "asset outside the allowed prefixes");
+                    }
+                    items.retain(|it| outside(it).is_none());
+                }
+            }
+        }
         let reference = &c.layers[0];
         let ref_asset = &reference.assets[0];
         let layer_filter = |l: &crate::config::LayerConfig| {

@@ -29,6 +29,7 @@ use mosaic::AssetSource;
 
 pub mod balance;
 mod build;
+pub mod confine;
 mod geometry;
 mod items;
 pub mod mosaic;
