@@ -534,16 +534,8 @@ mod tests {
         assert_eq!(a.preview_allowed(Some(b"Bearer nope"), "demo"), Err(Unauthenticated));
         let scoped = Auth::new(
             &AuthConfig {
-                required: true,
-                tokens: vec![TokenConfig {
-                    sha256: sha("alpha-secret"),
-                    datasets: vec!["demo".into()],
-                    name: None,
-                    max_streams: None,
-                    requests_per_second: None,
-                }],
-                metrics_token_sha256: Some(sha("scrape")),
                 metrics_datasets: Some(vec!["demo".into()]),
+                ..scoped_config()
             },
             &LimitsConfig::default(),
         )
