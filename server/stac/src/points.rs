@@ -36,6 +36,23 @@ fn number(v: &Value) -> Option<f64> {
     }
 }
 
+/// Most attribute values a points file may hold (points × numeric attribute names; the
+/// set is stored dense): 2^25 float64s, 256 MiB.
+pub const MAX_POINT_VALUES: u64 = 1 << 25;
+
+/// Refuses a set whose dense values would exceed [`MAX_POINT_VALUES`] before they are made
+/// (features that each name other attributes multiply: 40,000 points with one distinct
+/// attribute each would be 1.6 billion values).
+fn check_dense(points: usize, names: usize) -> Result<(), String> {
+    let values = (points as u64).saturating_mul(names as u64);
+    if values > MAX_POINT_VALUES {
+        return Err(format!(
+            "{points} points x {names} numeric attributes would be {values} values (at most {MAX_POINT_VALUES}): keep the attributes training needs"
+        ));
+    }
+    Ok(())
+}
+
 /// Parses a GeoJSON FeatureCollection (or one Feature) of points.
 pub fn parse_geojson(bytes: &[u8]) -> Result<PointSet, String> {
     let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
@@ -56,6 +73,7 @@ pub fn parse_geojson(bytes: &[u8]) -> Result<PointSet, String> {
         }
     }
     let names: Vec<String> = names.into_iter().collect();
+    check_dense(features.len(), names.len())?;
     let mut set = PointSet {
         names,
         ..Default::default()
@@ -326,6 +344,20 @@ pub fn parse_bounded(url: &str, bytes: &[u8], max_decoded_bytes: u64) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sparse_distinct_attributes_are_refused_before_they_are_made_dense() {
+        let features: Vec<String> = (0..20_000)
+            .map(|i| {
+                format!(
+                    r#"{{"type":"Feature","geometry":{{"type":"Point","coordinates":[1,2]}},"properties":{{"a{i}":1}}}}"#
+                )
+            })
+            .collect();
+        let doc = format!(r#"{{"type":"FeatureCollection","features":[{}]}}"#, features.join(","));
+        let e = parse_geojson(doc.as_bytes()).unwrap_err();
+        assert!(e.contains("20000 points x 20000 numeric attributes"), "{e}");
+    }
 
     #[test]
     fn geojson_points_with_attributes() {
