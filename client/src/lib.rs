@@ -501,6 +501,33 @@ impl Client {
         Ok((Tensor::from_pb(image)?, resp.label.map(Tensor::from_pb).transpose()?))
     }
 
+    /// Map-space datasets: the samples of `request`'s footprints, one batch in request
+    /// order, each sample what a stream of that footprint carries (layers and `samples`).
+    pub async fn read_footprint(&mut self, request: pb::ReadFootprintRequest) -> Result<Batch, ClientError> {
+        Batch::try_from(self.inner.read_footprint(request).await?.into_inner())
+    }
+
+    /// One footprint of a map-space dataset: `bounds` = [minx, miny, maxx, maxy] in `crs`
+    /// (every layer when `layers` is empty; the dataset's resolution, no datetime).
+    pub async fn read(
+        &mut self,
+        dataset: &str,
+        crs: &str,
+        bounds: [f64; 4],
+        layers: &[String],
+    ) -> Result<Batch, ClientError> {
+        self.read_footprint(pb::ReadFootprintRequest {
+            dataset: dataset.to_string(),
+            layers: layers.to_vec(),
+            footprints: vec![pb::Footprint {
+                crs: crs.to_string(),
+                bounds: bounds.to_vec(),
+                ..Default::default()
+            }],
+        })
+        .await
+    }
+
     /// Batches a stream for `request` would send (the request is validated, no data read).
     pub async fn count(&mut self, request: pb::StreamBatchesRequest) -> Result<pb::CountBatchesResponse, ClientError> {
         Ok(self.inner.count_batches(request).await?.into_inner())

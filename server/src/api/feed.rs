@@ -25,6 +25,7 @@ use crate::tiles::region;
 use super::auth::{Auth, JobSlots, Principal};
 use super::connections;
 use super::convert;
+use super::footprint;
 use super::job;
 use super::stream::{MeteredStream, StreamLease, StreamQueue};
 use crate::api::live::{LiveStreams, StreamInfo};
@@ -295,5 +296,36 @@ impl Feed for FeedService {
                 data: Bytes::from_owner(Reserved(l.data, memory.clone())),
             }),
         }))
+    }
+
+    async fn read_footprint(&self, r: Request<pb::ReadFootprintRequest>) -> Result<Response<pb::Batch>, Status> {
+        let caller = self.allowed(&r, &r.get_ref().dataset)?;
+        // Validate first: a bad request holds nothing.
+        let job = footprint::footprint_job(&self.catalog, &self.limits, r.get_ref())?;
+        let map = job.map()?;
+        let what = format!("{} footprints of {} bytes", job.placed.len(), job.bytes);
+        let memory = Arc::new(self.reserve(&caller, job.memory_bytes, &what).await?);
+        let read = pipeline::footprints::FootprintRead {
+            map,
+            placed: &job.placed,
+            layers: &job.layers,
+            wanted: &job.wanted,
+            shapes: &job.shapes,
+            dataset_version: &job.dataset.version,
+        };
+        let context = format!("dataset {}", job.dataset.name);
+        // CPU work on the caller's tenant of the fair pool; the tenant keeps the memory
+        // until the last of it has ended. A client that goes away drops this future, and
+        // with it every load in flight.
+        let tenant = cogfeed_cpu::Tenant::new(caller.name());
+        tenant.hold(Box::new(memory.clone()));
+        let wrap = |bytes: Vec<u8>| Bytes::from_owner(Reserved(bytes, memory.clone()));
+        let batch = cogfeed_cpu::scope(
+            tenant,
+            pipeline::footprints::read_footprints(&read, self.tiles.as_ref(), &wrap),
+        )
+        .await
+        .map_err(|e| e.to_status_in(&context))?;
+        Ok(Response::new(convert::batch(batch)))
     }
 }

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod connections;
 pub mod convert;
 pub mod feed;
+pub mod footprint;
 pub mod job;
 pub mod live;
 pub mod peer;

@@ -119,4 +119,8 @@ impl Feed for SyntheticFeed {
     ) -> Result<Response<pb::CountBatchesResponse>, Status> {
         Err(only_stream_batches())
     }
+
+    async fn read_footprint(&self, _: Request<pb::ReadFootprintRequest>) -> Result<Response<pb::Batch>, Status> {
+        Err(only_stream_batches())
+    }
 }

@@ -10,6 +10,7 @@
 //! whose data is corrupt or missing is left out of its batch and reported with it: the
 //! skip depends only on the data, so every run skips the same samples.
 
+pub mod footprints;
 pub mod lookahead;
 mod map_sample;
 pub mod transform;

@@ -364,3 +364,27 @@ class ReadWindowResponse(_message.Message):
     image: Tensor
     label: Tensor
     def __init__(self, image: _Optional[_Union[Tensor, _Mapping]] = ..., label: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+
+class Footprint(_message.Message):
+    __slots__ = ("crs", "bounds", "resolution", "datetime", "item")
+    CRS_FIELD_NUMBER: _ClassVar[int]
+    BOUNDS_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    DATETIME_FIELD_NUMBER: _ClassVar[int]
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    crs: str
+    bounds: _containers.RepeatedScalarFieldContainer[float]
+    resolution: float
+    datetime: str
+    item: str
+    def __init__(self, crs: _Optional[str] = ..., bounds: _Optional[_Iterable[float]] = ..., resolution: _Optional[float] = ..., datetime: _Optional[str] = ..., item: _Optional[str] = ...) -> None: ...
+
+class ReadFootprintRequest(_message.Message):
+    __slots__ = ("dataset", "layers", "footprints")
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    FOOTPRINTS_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    layers: _containers.RepeatedScalarFieldContainer[str]
+    footprints: _containers.RepeatedCompositeFieldContainer[Footprint]
+    def __init__(self, dataset: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., footprints: _Optional[_Iterable[_Union[Footprint, _Mapping]]] = ...) -> None: ...

@@ -60,6 +60,11 @@ class FeedStub:
                 request_serializer=cogfeed_dot_v1_dot_feed__pb2.StreamBatchesRequest.SerializeToString,
                 response_deserializer=cogfeed_dot_v1_dot_feed__pb2.CountBatchesResponse.FromString,
                 _registered_method=True)
+        self.ReadFootprint = channel.unary_unary(
+                '/cogfeed.v1.Feed/ReadFootprint',
+                request_serializer=cogfeed_dot_v1_dot_feed__pb2.ReadFootprintRequest.SerializeToString,
+                response_deserializer=cogfeed_dot_v1_dot_feed__pb2.Batch.FromString,
+                _registered_method=True)
 
 
 class FeedServicer:
@@ -101,6 +106,15 @@ class FeedServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadFootprint(self, request, context):
+        """Map-space (STAC) datasets: the samples of given footprints, random access. One Batch of
+        as many samples as footprints, in request order, each byte for byte what a streamed
+        sample of that footprint carries (tensors and SampleInfo).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FeedServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +142,11 @@ def add_FeedServicer_to_server(servicer, server):
                     servicer.CountBatches,
                     request_deserializer=cogfeed_dot_v1_dot_feed__pb2.StreamBatchesRequest.FromString,
                     response_serializer=cogfeed_dot_v1_dot_feed__pb2.CountBatchesResponse.SerializeToString,
+            ),
+            'ReadFootprint': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadFootprint,
+                    request_deserializer=cogfeed_dot_v1_dot_feed__pb2.ReadFootprintRequest.FromString,
+                    response_serializer=cogfeed_dot_v1_dot_feed__pb2.Batch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +285,33 @@ class Feed:
             '/cogfeed.v1.Feed/CountBatches',
             cogfeed_dot_v1_dot_feed__pb2.StreamBatchesRequest.SerializeToString,
             cogfeed_dot_v1_dot_feed__pb2.CountBatchesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadFootprint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cogfeed.v1.Feed/ReadFootprint',
+            cogfeed_dot_v1_dot_feed__pb2.ReadFootprintRequest.SerializeToString,
+            cogfeed_dot_v1_dot_feed__pb2.Batch.FromString,
             options,
             channel_credentials,
             insecure,

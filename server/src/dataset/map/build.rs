@@ -594,7 +594,7 @@ impl MapSpace {
                 y1,
             ];
             let fp = Footprint::new(g.crs.clone(), bounds, res0 * cell as f64 / s as f64)?;
-            let (bytes, _, _) = self.layer_bytes(&tiles, scene, &layer, &fp).await?;
+            let (bytes, _, _) = self.layer_bytes(&tiles, self.drawn_of(scene), &layer, &fp).await?;
             let plane = (fp.width() * fp.height()) as usize * layer.dtype.size();
             values.push(cogfeed_geo::warp::samples_to_f64(
                 layer.dtype,

@@ -30,6 +30,7 @@ use mosaic::AssetSource;
 pub mod balance;
 mod build;
 pub mod confine;
+pub mod footprint;
 mod geometry;
 mod items;
 pub mod mosaic;
@@ -100,6 +101,30 @@ pub struct RefGrid {
     pub width: u64,
     pub height: u64,
     pub block: (u64, u64),
+}
+
+/// Whom a sample is planned on: the drawn Item (its collection and day choose the same-day
+/// mosaic, its day is the time layers' reference) or, for a footprint of its own, none and
+/// perhaps a reference day.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Drawn {
+    /// Index of the drawn Item in `MapSpace::items`.
+    pub item: Option<usize>,
+    /// The reference day when no Item is drawn.
+    pub day: Option<NaiveDate>,
+}
+
+/// A sample's place: footprint, scale and whom it is planned on.
+#[derive(Debug, Clone)]
+pub struct Placed {
+    pub crs: Crs,
+    pub bounds: [f64; 4],
+    /// Every layer's pixel size times this (1: the configured resolutions).
+    pub scale: f64,
+    pub drawn: Drawn,
+    /// The sample's datetime when no Item is drawn (RFC 3339).
+    pub datetime: Option<String>,
+    pub padded: bool,
 }
 
 /// What one sample is, for its metadata.
@@ -249,9 +274,18 @@ impl MapSpace {
         [x0.min(x1), y0.min(y1), x0.max(x1), y0.max(y1)]
     }
 
-    /// Items (indices, priority order) that may fill `bounds` of scene `scene` for `layer`.
-    fn candidates(&self, scene: usize, layer: &LayerSpec, crs: &Crs, bounds: [f64; 4]) -> Vec<usize> {
-        let drawn = &self.items[self.drawn[scene]];
+    /// The drawn Item of scene `scene`.
+    pub fn drawn_of(&self, scene: usize) -> Drawn {
+        Drawn {
+            item: Some(self.drawn[scene]),
+            day: None,
+        }
+    }
+
+    /// Items (indices, priority order) that may fill `bounds` for `layer` of a sample planned
+    /// on `drawn`.
+    fn candidates(&self, drawn: Drawn, layer: &LayerSpec, crs: &Crs, bounds: [f64; 4]) -> Vec<usize> {
+        let drawn = drawn.item.map(|i| &self.items[i]).ok_or(drawn.day);
         let bb = lonlat_bbox(crs, bounds);
         let near = match bb {
             Some(b) => self.index.query(b),
@@ -270,7 +304,15 @@ impl MapSpace {
                     }
                 }
                 // A time layer chooses its dates itself.
-                if self.mosaic_all || it.id == drawn.id || layer.time.is_some() {
+                if self.mosaic_all || layer.time.is_some() {
+                    return true;
+                }
+                let drawn = match drawn {
+                    Ok(d) => d,
+                    // No Item drawn: the reference day's Items (every Item without one).
+                    Err(reference) => return reference.is_none_or(|r| day(it).is_none_or(|d| d == r)),
+                };
+                if it.id == drawn.id {
                     return true;
                 }
                 if it.collection != drawn.collection {
@@ -348,11 +390,11 @@ impl MapSpace {
     async fn layer_bytes(
         &self,
         tiles: &dyn TileSource,
-        scene: usize,
+        drawn: Drawn,
         layer: &LayerSpec,
         fp: &Footprint,
     ) -> Result<(Vec<u8>, Vec<usize>, Option<Vec<Option<String>>>)> {
-        let cands = self.candidates(scene, layer, &fp.crs, fp.bounds);
+        let cands = self.candidates(drawn, layer, &fp.crs, fp.bounds);
         let Some(ts) = &layer.time else {
             let (bytes, used) = self.layer_mosaic(tiles, layer, fp, &cands).await?;
             return Ok((bytes, used, None));
@@ -369,7 +411,7 @@ impl MapSpace {
         let mut dates: Vec<NaiveDate> = meeting.iter().filter_map(|&i| day(&self.items[i])).collect();
         dates.sort_unstable();
         dates.dedup();
-        let reference = day(&self.items[self.drawn[scene]]);
+        let reference = drawn.item.map_or(drawn.day, |i| day(&self.items[i]));
         let picked = ts.select(&dates, reference);
         // Every step at once: one round trip of latency, not T.
         let steps = futures::future::try_join_all(picked.iter().map(|d| {
@@ -417,8 +459,32 @@ impl MapSpace {
         wanted: &[usize],
     ) -> Result<(Vec<Vec<u8>>, SampleMeta)> {
         let scene = window.scene as usize;
-        let crs = self.grids[scene].crs.clone();
-        let bounds = self.bounds(window);
+        let placed = Placed {
+            crs: self.grids[scene].crs.clone(),
+            bounds: self.bounds(window),
+            scale: 1.0,
+            drawn: self.drawn_of(scene),
+            datetime: None,
+            padded: window.padded,
+        };
+        let side = |l: &LayerSpec| {
+            let s = self.layer_side(window.width, l.resolution.max(self.layers[0].resolution));
+            (s, s)
+        };
+        self.assemble(tiles, &placed, wanted, &side).await
+    }
+
+    /// Assembles the sample `placed` (see [`MapSpace::sample`]); `side` gives the
+    /// (height, width) a layer's valid fraction is counted over.
+    pub(crate) async fn assemble(
+        &self,
+        tiles: &dyn TileSource,
+        placed: &Placed,
+        wanted: &[usize],
+        side: &(dyn Fn(&LayerSpec) -> (usize, usize) + Sync),
+    ) -> Result<(Vec<Vec<u8>>, SampleMeta)> {
+        let crs = placed.crs.clone();
+        let bounds = placed.bounds;
         let mut out = Vec::with_capacity(self.layers.len());
         // Items sort in priority order, so their indices do too.
         let mut used = std::collections::BTreeSet::new();
@@ -428,32 +494,35 @@ impl MapSpace {
                 out.push(Vec::new());
                 continue;
             }
-            let fp = Footprint::new(crs.clone(), bounds, layer.resolution)?;
-            let (bytes, u, days) = self.layer_bytes(tiles, scene, layer, &fp).await?;
+            let fp = Footprint::new(crs.clone(), bounds, layer.resolution * placed.scale)?;
+            let (bytes, u, days) = self.layer_bytes(tiles, placed.drawn, layer, &fp).await?;
             used.extend(u);
             if let Some(days) = days {
                 times.push((layer.name.clone(), days));
             }
             out.push(bytes);
         }
-        let drawn = &self.items[self.drawn[scene]];
+        let drawn = placed.drawn.item.map(|i| &self.items[i]);
         let present: Vec<(String, Vec<bool>)> = times
             .iter()
             .map(|(name, days): &(String, Vec<Option<String>>)| {
                 (name.clone(), days.iter().map(Option::is_some).collect())
             })
             .collect();
-        let valid_fraction = self.valid_fraction(&out, &present, window.width, 1.0);
+        let valid_fraction = self.valid_fraction(&out, &present, side);
         Ok((
             out,
             SampleMeta {
                 items: used.into_iter().map(|i| self.items[i].id.clone()).collect(),
-                drawn: drawn.id.clone(),
-                datetime: drawn.datetime.map(|t| t.to_rfc3339()),
+                drawn: drawn.map_or(String::new(), |d| d.id.clone()),
+                datetime: match drawn {
+                    Some(d) => d.datetime.map(|t| t.to_rfc3339()),
+                    None => placed.datetime.clone(),
+                },
                 crs: crs.to_string(),
                 bounds,
-                resolution: self.layers[0].resolution,
-                padded: window.padded,
+                resolution: self.layers[0].resolution * placed.scale,
+                padded: placed.padded,
                 valid_fraction,
                 split: self
                     .split
@@ -468,10 +537,14 @@ impl MapSpace {
         ))
     }
 
-    /// The valid fraction of assembled layers `out` of a `patch`-pixel window whose
-    /// layers were built at `coarsen` times their resolution (None without the reference
-    /// layer).
-    fn valid_fraction(&self, out: &[Vec<u8>], times: &[(String, Vec<bool>)], patch: u32, coarsen: f64) -> Option<f64> {
+    /// The valid fraction of assembled layers `out`, each `side(layer)` (height, width)
+    /// pixels (None without the reference layer).
+    fn valid_fraction(
+        &self,
+        out: &[Vec<u8>],
+        times: &[(String, Vec<bool>)],
+        side: &(dyn Fn(&LayerSpec) -> (usize, usize) + Sync),
+    ) -> Option<f64> {
         let view = |li: usize| -> Option<valid::LayerView<'_>> {
             let l = &self.layers[li];
             let bytes = out.get(li).filter(|b| !b.is_empty())?;
@@ -479,14 +552,14 @@ impl MapSpace {
                 .iter()
                 .find(|(name, _)| name == &l.name)
                 .map(|(_, p)| p.as_slice());
-            let side = self.layer_side(patch, l.resolution.max(self.layers[0].resolution * coarsen));
+            let (height, width) = side(l);
             Some(valid::LayerView {
                 bytes,
                 dtype: l.dtype,
                 steps: l.steps(),
                 bands: l.bands,
-                height: side,
-                width: side,
+                height,
+                width,
                 nodata: l.nodata,
                 present,
             })
@@ -517,9 +590,13 @@ impl MapSpace {
         for li in std::iter::once(0).chain(mask) {
             let layer = &self.layers[li];
             let fp = Footprint::new(crs.clone(), bounds, layer.resolution.max(coarse))?;
-            out[li] = self.layer_bytes(tiles, scene, layer, &fp).await?.0;
+            out[li] = self.layer_bytes(tiles, self.drawn_of(scene), layer, &fp).await?.0;
         }
-        Ok(self.valid_fraction(&out, &[], window.width, f as f64))
+        let side = |l: &LayerSpec| {
+            let s = self.layer_side(window.width, l.resolution.max(coarse));
+            (s, s)
+        };
+        Ok(self.valid_fraction(&out, &[], &side))
     }
 
     /// The `points` plan's centres for `patch`-pixel windows: per point, the first grid
