@@ -131,9 +131,14 @@ impl App {
                 headers.clone(),
                 options,
                 config.cache.index_dir(),
+                config.server.require_all_datasets,
             )
             .await?,
         );
+        metrics.datasets_unready.set(catalog.unready().len() as i64);
+        if !catalog.unready().is_empty() {
+            tokio::spawn(retry_unready(catalog.clone(), metrics.clone(), stop.clone()));
+        }
         Ok(Self {
             catalog,
             cache,
@@ -198,6 +203,7 @@ impl App {
         let metrics = self.metrics.clone();
         let auth = self.auth.clone();
         let ready = self.metrics.clone();
+        let catalog = self.catalog.clone();
         let memory = self.memory.clone();
         let router = axum::Router::new()
             .route(
@@ -228,16 +234,13 @@ impl App {
             .route("/healthz", get(|| async { "ok\n" }))
             .route(
                 "/readyz",
-                get(move || {
-                    let r = ready.clone();
-                    async move {
-                        if r.ready.get() == 1 {
-                            (axum::http::StatusCode::OK, "ready\n")
-                        } else {
-                            (axum::http::StatusCode::SERVICE_UNAVAILABLE, "starting\n")
-                        }
-                    }
-                }),
+                get(
+                    move |axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>| {
+                        let serving = ready.ready.get() == 1;
+                        let body = readiness(&catalog, serving, q.get("dataset").map(String::as_str));
+                        async move { body }
+                    },
+                ),
             );
         axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
@@ -377,4 +380,52 @@ pub fn grpc_transport() -> tonic::transport::Server {
         .initial_connection_window_size(Some(32 << 20))
         .max_frame_size(Some((1 << 20) - 1))
         .tcp_nodelay(true)
+}
+
+/// How often the unready datasets are looked at (each is tried on its own back-off).
+const RETRY_TICK: Duration = Duration::from_secs(1);
+
+/// Tries the unready datasets again until none is left or the daemon stops.
+async fn retry_unready(catalog: Arc<Catalog>, metrics: Arc<Metrics>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(RETRY_TICK) => {}
+        }
+        let left = catalog.retry_unready().await;
+        metrics.datasets_unready.set(left as i64);
+        if left == 0 {
+            return;
+        }
+    }
+}
+
+/// `/readyz`: 200 while the daemon serves, naming how many configured datasets do not
+/// (a broken dataset must not take a replica out of its load balancer for the others);
+/// `?dataset=NAME`: 200 when that dataset serves, else 503 (an unknown name reads as
+/// unready, so the open probe does not tell which names exist).
+fn readiness(catalog: &Catalog, serving: bool, dataset: Option<&str>) -> (axum::http::StatusCode, String) {
+    use axum::http::StatusCode;
+    if !serving {
+        return (StatusCode::SERVICE_UNAVAILABLE, "starting\n".into());
+    }
+    if let Some(name) = dataset {
+        return if catalog.get(name).is_some() {
+            (StatusCode::OK, "ready\n".into())
+        } else {
+            (StatusCode::SERVICE_UNAVAILABLE, "dataset not serving\n".into())
+        };
+    }
+    let unready = catalog.unready().len();
+    if unready == 0 {
+        (StatusCode::OK, "ready\n".into())
+    } else {
+        (
+            StatusCode::OK,
+            format!(
+                "ready: {unready} of {} configured datasets unready (retried in the background; the status page says why)\n",
+                catalog.configured()
+            ),
+        )
+    }
 }

@@ -60,6 +60,10 @@ pub enum Error {
     /// A valid request the dataset cannot serve (labels it does not have, a stale version).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// A configured dataset that failed to open and is retried in the background: the
+    /// message names it and says why, in client-safe words.
+    #[error("{0}")]
+    Unready(String),
     /// The client read nothing for the stall timeout; its stream was ended.
     #[error(
         "stream ended: the client read nothing for {secs} s (limits.stall_timeout_secs); resume from the cursor of the last batch received (at least {cursor})"
@@ -127,7 +131,7 @@ impl Error {
             },
             Error::InvalidUrl { .. } | Error::InvalidArgument(_) | Error::Grid(_) => ErrorCode::InvalidArgument,
             Error::Stac(_) => ErrorCode::FailedPrecondition,
-            Error::ShuttingDown { .. } | Error::Stalled { .. } => ErrorCode::Unavailable,
+            Error::ShuttingDown { .. } | Error::Stalled { .. } | Error::Unready(_) => ErrorCode::Unavailable,
             Error::NotFound(_) => ErrorCode::NotFound,
             Error::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
             Error::Unauthenticated(_) => ErrorCode::Unauthenticated,

@@ -253,6 +253,9 @@ async fn serve(
     for d in app.catalog.all() {
         eprintln!("dataset {}: {} scenes, version {}", d.name, d.scenes.len(), d.version);
     }
+    for (name, u) in app.catalog.unready() {
+        eprintln!("dataset {name}: UNREADY, {} (retried in the background)", u.reason);
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let metrics_app = app.clone();
     let mut metrics_stop = stop_rx.clone();

@@ -52,6 +52,8 @@ pub struct Metrics {
     pub decode_seconds: HistogramVec,
     pub stage_seconds: HistogramVec,
     pub ready: IntGauge,
+    /// Configured datasets that failed to open and are being retried.
+    pub datasets_unready: IntGauge,
     pub samples_skipped: IntCounterVec,
     pub rejected_draws: IntCounterVec,
     pub balanced_class_pixels: IntCounterVec,
@@ -317,6 +319,11 @@ impl Metrics {
                 CPU_BUCKETS,
             ),
             ready: gauge(&r, "cogfeed_ready", "1 when the catalog is open and the daemon serves"),
+            datasets_unready: gauge(
+                &r,
+                "cogfeed_datasets_unready",
+                "Configured datasets that failed to open and are retried in the background",
+            ),
             registry: r,
             jobs: Mutex::new(HashSet::new()),
             max_jobs,

@@ -357,3 +357,87 @@ async fn tokens_required_without_a_metrics_token_close_the_listener() {
     // The probes still answer.
     assert_eq!(get(d.http, "/healthz", None).await.status, 200);
 }
+
+/// One dataset whose STAC document is missing: the others serve, it is unready on
+/// `/readyz`, the page, `/metrics` and to gRPC, and it joins once the document appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dataset_that_fails_to_open_is_unready_and_the_others_serve() {
+    let moved = std::sync::Mutex::new(None);
+    let d = start_with(None, |c| {
+        let ds = c.datasets.iter_mut().find(|d| d.name == "demo-stac").unwrap();
+        let doc = std::path::PathBuf::from(ds.stac.clone().unwrap());
+        let aside = doc.with_extension("json.aside");
+        std::fs::rename(&doc, &aside).unwrap();
+        *moved.lock().unwrap() = Some((doc, aside));
+    })
+    .await;
+    let (doc, aside) = moved.lock().unwrap().take().unwrap();
+    let ready = get(d.http, "/readyz", None).await;
+    let body = String::from_utf8_lossy(&ready.body).into_owned();
+    assert_eq!(ready.status, 200, "the daemon serves the others: {body}");
+    assert!(body.contains("1 of 3 configured datasets unready"), "{body}");
+    assert_eq!(get(d.http, "/readyz?dataset=demo", None).await.status, 200);
+    assert_eq!(get(d.http, "/readyz?dataset=demo-stac", None).await.status, 503);
+    assert_eq!(get(d.http, "/readyz?dataset=no-such", None).await.status, 503);
+    let page = String::from_utf8(get(d.http, "/", None).await.body).unwrap();
+    assert!(
+        page.contains("dataset unready\" data-name=\"demo-stac\""),
+        "the page lists it"
+    );
+    assert!(!page.contains(&doc.display().to_string()), "and no path");
+    let metrics = String::from_utf8(get(d.http, "/metrics", None).await.body).unwrap();
+    assert!(metrics.contains("cogfeed_datasets_unready 1"));
+    let mut client = Client::connect(&d.grpc).await.unwrap();
+    assert!(client.describe("demo").await.is_ok(), "the others serve");
+    let Err(cogfeed_client::ClientError::Status(s)) = client.describe("demo-stac").await else {
+        panic!("an unready dataset is an error");
+    };
+    assert_eq!(s.code(), tonic::Code::Unavailable, "{}", s.message());
+    assert!(
+        s.message().starts_with("dataset demo-stac is not ready"),
+        "{}",
+        s.message()
+    );
+    assert!(!s.message().contains(&doc.display().to_string()), "{}", s.message());
+    // The document comes back: the next retry (2 s after the first failure) opens it.
+    std::fs::rename(&aside, &doc).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while client.describe("demo-stac").await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "never retried");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        String::from_utf8(get(d.http, "/readyz", None).await.body).unwrap(),
+        "ready\n"
+    );
+    let metrics = String::from_utf8(get(d.http, "/metrics", None).await.body).unwrap();
+    assert!(metrics.contains("cogfeed_datasets_unready 0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_all_datasets_and_a_config_where_none_opens_refuse_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    cogfeed_server::demo::write_demo(dir.path()).unwrap();
+    let mut config = Config::demo_default(dir.path());
+    for d in &mut config.datasets {
+        if d.name == "demo-stac" {
+            d.stac = Some(dir.path().join("missing.json").display().to_string());
+        }
+    }
+    config.server.require_all_datasets = true;
+    let e = App::build(config.clone()).await.unwrap_err().to_string();
+    assert!(e.contains("missing.json") || e.contains("demo-stac"), "{e}");
+    // Every dataset broken: nothing would serve, so start-up fails naming each.
+    config.server.require_all_datasets = false;
+    for d in &mut config.datasets {
+        if d.stac.is_some() {
+            d.stac = Some(dir.path().join("missing.json").display().to_string());
+        } else {
+            d.scenes = vec![dir.path().join("gone.tif").display().to_string()];
+            d.prefix = None;
+            d.manifest = None;
+        }
+    }
+    let e = App::build(config).await.unwrap_err().to_string();
+    assert!(e.contains("no dataset could be opened"), "{e}");
+}

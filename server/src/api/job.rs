@@ -62,12 +62,16 @@ pub fn check_job(job: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// The dataset called `name`, or NOT_FOUND (the name shown bounded and escaped).
+/// The dataset called `name`; UNAVAILABLE for a configured one that failed to open (it
+/// is retried), else NOT_FOUND (the name shown bounded and escaped).
 pub fn dataset(catalog: &Catalog, name: &str) -> Result<Arc<Dataset>, Error> {
-    if name.chars().count() <= MAX_NAME_CHARS
-        && let Some(d) = catalog.get(name)
-    {
-        return Ok(d);
+    if name.chars().count() <= MAX_NAME_CHARS {
+        if let Some(d) = catalog.get(name) {
+            return Ok(d);
+        }
+        if let Some(why) = catalog.unready_message(name) {
+            return Err(Error::Unready(why));
+        }
     }
     Err(Error::NotFound(format!("dataset {} not found", shown(name))))
 }

@@ -176,6 +176,10 @@ pub struct ServerConfig {
     /// Distinct `job` label values exported; more jobs are folded into `other`.
     #[serde(default = "default_max_jobs")]
     pub max_job_labels: usize,
+    /// Refuse to start when any dataset fails to open (default: serve the others and keep
+    /// the failed ones unready, retried with back-off up to 5 min).
+    #[serde(default)]
+    pub require_all_datasets: bool,
 }
 
 fn default_max_jobs() -> usize {
@@ -196,6 +200,7 @@ impl Default for ServerConfig {
             listen: default_listen(),
             metrics_listen: default_metrics_listen(),
             max_job_labels: default_max_jobs(),
+            require_all_datasets: false,
         }
     }
 }

@@ -4,10 +4,13 @@
 //! Everything about a dataset is checked once, at start-up, in one pass: objects that
 //! cannot be opened, files truncated before their last tile, scenes of another band count
 //! or dtype, labels of another size, dtype or overview count than their scene. Every bad
-//! object is named; `on_bad_object = "skip"` serves the rest. Clients only ever name
-//! datasets; every URL comes from the configuration.
+//! object is named; `on_bad_object = "skip"` serves the rest. A dataset that fails to open
+//! does not take the others down: it is kept unready (see [`unready`]) and retried with
+//! back-off, unless `server.require_all_datasets` asks for the old all-or-nothing start.
+//! Clients only ever name datasets; every URL comes from the configuration.
 
 pub mod map;
+pub mod unready;
 
 pub use map::rules::check_config;
 
@@ -22,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::storage::Stores;
 use crate::tiles::{HeaderCache, TileObject, open};
 use cogfeed_tiff::{DType, OpenOptions};
+use unready::Unready;
 
 /// One scene of a dataset.
 #[derive(Debug, Clone)]
@@ -85,8 +89,10 @@ pub struct Catalog {
     index_dir: Option<std::path::PathBuf>,
     refreshing: Mutex<HashSet<String>>,
     /// Datasets whose last re-open failed: when, and how many times in a row (the next
-    /// attempt waits 2^n s, at most [`REFRESH_BACKOFF_MAX`]).
+    /// attempt waits 2^n s, at most [`unready::RETRY_MAX`]).
     refresh_failures: Mutex<HashMap<String, (std::time::Instant, u32)>>,
+    /// Configured datasets that failed to open and serve nothing yet.
+    unready: RwLock<BTreeMap<String, Unready>>,
 }
 
 fn stem(url: &str) -> &str {
@@ -148,27 +154,48 @@ async fn open_scene(
     Ok((scene, label))
 }
 
-/// The longest wait between two re-opens of a dataset whose documents stay unreadable.
-pub const REFRESH_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// The wait after `failures` failed re-opens in a row: 2^n s, capped.
-fn refresh_backoff(failures: u32) -> std::time::Duration {
-    std::time::Duration::from_secs(1u64 << failures.min(9)).min(REFRESH_BACKOFF_MAX)
-}
-
 impl Catalog {
-    /// Opens every scene and label of every dataset; any problem is an error naming it.
+    /// Opens every scene and label of every dataset. A dataset that fails is logged with
+    /// its full error and kept unready ([`Catalog::retry_unready`] tries it again); the
+    /// build fails only when no dataset opens, or when `require_all` and any one fails
+    /// (then with that dataset's error).
     pub async fn build(
         configs: &[DatasetConfig],
         stores: Arc<Stores>,
         headers: HeaderCache,
         options: OpenOptions,
         index_dir: Option<std::path::PathBuf>,
+        require_all: bool,
     ) -> Result<Self> {
         let mut datasets = BTreeMap::new();
+        let mut failed: Vec<(String, Error)> = Vec::new();
         for c in configs {
-            let d = Self::dataset(c, &stores, &headers, &options, index_dir.as_deref(), false).await?;
-            datasets.insert(c.name.clone(), Arc::new(d));
+            match Self::dataset(c, &stores, &headers, &options, index_dir.as_deref(), false).await {
+                Ok(d) => {
+                    datasets.insert(c.name.clone(), Arc::new(d));
+                }
+                Err(e) if require_all => return Err(e),
+                Err(e) => failed.push((c.name.clone(), e)),
+            }
+        }
+        if datasets.is_empty() && !failed.is_empty() {
+            if failed.len() == 1 {
+                return Err(failed.remove(0).1);
+            }
+            let all: Vec<String> = failed.iter().map(|(n, e)| format!("dataset {n}: {e}")).collect();
+            return Err(Error::FailedPrecondition(format!(
+                "no dataset could be opened: {}",
+                all.join("; ")
+            )));
+        }
+        let mut unready = BTreeMap::new();
+        for (name, e) in failed {
+            tracing::error!(
+                dataset = %name,
+                error = %e,
+                "dataset failed to open: the others are served, this one is retried in the background"
+            );
+            unready.insert(name, Unready::new(e.client_message()));
         }
         let objects = RwLock::new(Self::index(&datasets));
         Ok(Self {
@@ -181,7 +208,79 @@ impl Catalog {
             index_dir,
             refreshing: Mutex::new(HashSet::new()),
             refresh_failures: Mutex::new(HashMap::new()),
+            unready: RwLock::new(unready),
         })
+    }
+
+    /// The configured datasets that serve nothing yet, by name.
+    pub fn unready(&self) -> BTreeMap<String, Unready> {
+        self.unready.read().map(|u| u.clone()).unwrap_or_default()
+    }
+
+    /// Why dataset `name` does not serve (None: it serves, or it is not configured).
+    pub fn unready_message(&self, name: &str) -> Option<String> {
+        let u = self.unready.read().ok()?;
+        u.get(name).map(|u| u.client_message(name))
+    }
+
+    /// Configured datasets, ready or not.
+    pub fn configured(&self) -> usize {
+        self.configs.len()
+    }
+
+    /// Tries again every unready dataset whose back-off has passed; one that opens joins
+    /// the catalog and serves from then on. Returns how many are still unready.
+    pub async fn retry_unready(&self) -> usize {
+        let due: Vec<String> = self
+            .unready()
+            .into_iter()
+            .filter(|(_, u)| u.next_attempt_in().is_zero())
+            .map(|(n, _)| n)
+            .collect();
+        for name in due {
+            let Some(config) = self.configs.iter().find(|c| c.name == name) else {
+                continue;
+            };
+            let result = Self::dataset(
+                config,
+                &self.stores,
+                &self.headers,
+                &self.options,
+                self.index_dir.as_deref(),
+                false,
+            )
+            .await;
+            match result {
+                Ok(dataset) => {
+                    tracing::info!(dataset = %name, version = %dataset.version, "dataset opened on retry: it serves from now on");
+                    if let Ok(mut all) = self.datasets.write() {
+                        all.insert(name.clone(), Arc::new(dataset));
+                        let index = Self::index(&all);
+                        if let Ok(mut objects) = self.objects.write() {
+                            *objects = index;
+                        }
+                    }
+                    if let Ok(mut u) = self.unready.write() {
+                        u.remove(&name);
+                    }
+                }
+                Err(e) => {
+                    if let Ok(mut u) = self.unready.write()
+                        && let Some(entry) = u.get_mut(&name)
+                    {
+                        entry.failed_again(e.client_message());
+                        tracing::warn!(
+                            dataset = %name,
+                            error = %e,
+                            attempts = entry.attempts,
+                            next_in_secs = entry.next_attempt_in().as_secs(),
+                            "dataset still fails to open"
+                        );
+                    }
+                }
+            }
+        }
+        self.unready.read().map(|u| u.len()).unwrap_or(0)
     }
 
     /// Re-opens dataset `name` from its configuration (after one of its objects changed):
@@ -193,7 +292,7 @@ impl Catalog {
         };
         if let Ok(failures) = self.refresh_failures.lock()
             && let Some((at, n)) = failures.get(name)
-            && at.elapsed() < refresh_backoff(*n)
+            && at.elapsed() < unready::backoff(*n)
         {
             // A document that stays unreadable is not re-planned on every failing stream.
             return Ok(());

@@ -71,7 +71,7 @@ const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:24px;color:#222;
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:24px 0 8px}\
 table{border-collapse:collapse}th,td{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left}\
 th{background:#f2f2f2}td.n{text-align:right;font-variant-numeric:tabular-nums}\
-.muted{color:#777}progress{width:120px}iframe{border:1px solid #ccc;width:840px;height:560px}\
+.muted{color:#777}.bad{color:#b00;font-weight:bold}progress{width:120px}iframe{border:1px solid #ccc;width:840px;height:560px}\
 .grid{display:flex;gap:24px;flex-wrap:wrap}figure{margin:0}figcaption{font-weight:600;margin:4px 0}";
 
 /// The whole page. `refresh`: seconds between automatic reloads (none when None);
@@ -150,6 +150,17 @@ fn datasets(h: &mut String, state: &StatusState) {
             ds.scenes.len(),
             escape(&version),
             url_escape(&ds.name),
+        );
+    }
+    for (name, u) in state.catalog.unready() {
+        let name = escape(&name);
+        let _ = write!(
+            h,
+            "<tr class=\"dataset unready\" data-name=\"{name}\"><td>{name}</td><td class=\"bad\">unready</td>\
+             <td colspan=\"6\">{} <span class=\"muted\">({} failed attempts; next in {} s)</span></td></tr>",
+            escape(&u.reason),
+            u.attempts,
+            u.next_attempt_in().as_secs()
         );
     }
     h.push_str("</table><h2>Footprints</h2><div class=\"grid\">");
