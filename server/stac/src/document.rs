@@ -1,7 +1,8 @@
 //! STAC documents: the forms Items come in, href resolution and `href_rewrite`.
 
-use serde_json::Value;
+use serde_json::value::RawValue;
 
+use super::item::{BoundedElements, KeepProperties, read_with};
 use super::{Item, StacError};
 
 /// Largest number of Items one JSON document may hold.
@@ -75,8 +76,31 @@ pub fn resolve_href(doc: &str, href: &str) -> String {
 
 /// Parses a document's bytes: an ItemCollection (FeatureCollection), one Item, a JSON array
 /// of Items, or newline-delimited Items. `doc` names the document in errors and is the base
-/// for relative hrefs.
+/// for relative hrefs. Keeps every scalar property ([`parse_document_keeping`] keeps fewer).
 pub fn parse_document(doc: &str, bytes: &[u8], rewrite: &HrefRewrite) -> Result<Vec<Item>, StacError> {
+    parse_document_keeping(doc, bytes, rewrite, KeepProperties::Scalars)
+}
+
+/// The top of a JSON object document: its type and, for an ItemCollection, its features,
+/// borrowed unread.
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    features: Option<&'a RawValue>,
+}
+
+/// [`parse_document`], keeping the properties `keep` names. The document is never turned
+/// into a JSON tree: the Items are located in its text and each is read field by field
+/// ([`Item::from_raw`]), so what a document costs beyond its bytes is its Items as cogfeed
+/// holds them (a few hundred bytes per asset), whatever else it carries.
+pub fn parse_document_keeping(
+    doc: &str,
+    bytes: &[u8],
+    rewrite: &HrefRewrite,
+    keep: KeepProperties<'_>,
+) -> Result<Vec<Item>, StacError> {
     let not_stac = |reason: String| StacError::NotStac {
         doc: doc.to_string(),
         reason,
@@ -87,40 +111,46 @@ pub fn parse_document(doc: &str, bytes: &[u8], rewrite: &HrefRewrite) -> Result<
     if trimmed.is_empty() {
         return Err(not_stac("empty document".into()));
     }
-    match serde_json::from_str::<Value>(trimmed) {
+    let items = BoundedElements {
+        max: MAX_ITEMS,
+        what: "the document",
+    };
+    match serde_json::from_str::<&RawValue>(trimmed) {
         Ok(value) => {
-            let features: Vec<&Value> = match &value {
-                Value::Array(a) => a.iter().collect(),
-                Value::Object(o) => match o.get("type").and_then(Value::as_str) {
-                    Some("FeatureCollection") => o
-                        .get("features")
-                        .and_then(Value::as_array)
-                        .ok_or_else(|| not_stac("a FeatureCollection without a features array".into()))?
-                        .iter()
-                        .collect(),
-                    Some("Feature") => vec![&value],
-                    Some(t) => {
-                        return Err(not_stac(format!(
-                            "type {t:?}: expected an Item (Feature) or an ItemCollection (FeatureCollection)"
-                        )));
+            let features: Vec<&RawValue> = match value.get().as_bytes()[0] {
+                b'[' => read_with(value, items).map_err(|e| not_stac(e.to_string()))?,
+                b'{' => {
+                    let head: Head = serde_json::from_str(value.get()).map_err(|e| not_stac(e.to_string()))?;
+                    let kind = head
+                        .kind
+                        .filter(|k| k.get().len() <= 256)
+                        .and_then(|k| serde_json::from_str::<String>(k.get()).ok());
+                    match kind.as_deref() {
+                        Some("FeatureCollection") => match head.features.filter(|f| f.get().starts_with('[')) {
+                            Some(f) => read_with(f, items).map_err(|e| not_stac(e.to_string()))?,
+                            None => return Err(not_stac("a FeatureCollection without a features array".into())),
+                        },
+                        Some("Feature") => vec![value],
+                        Some(t) => {
+                            return Err(not_stac(format!(
+                                "type {t:?}: expected an Item (Feature) or an ItemCollection (FeatureCollection)"
+                            )));
+                        }
+                        None => return Err(not_stac("a JSON object without a type".into())),
                     }
-                    None => return Err(not_stac("a JSON object without a type".into())),
-                },
+                }
                 _ => return Err(not_stac("JSON that is neither an object nor an array".into())),
             };
-            if features.len() > MAX_ITEMS {
-                return Err(not_stac(format!("{} items (at most {MAX_ITEMS})", features.len())));
-            }
             features
                 .into_iter()
-                .map(|f| Item::from_json(f, doc, &resolve))
+                .map(|f| Item::from_raw(f, doc, &resolve, keep))
                 .collect()
         }
         Err(whole) => {
             // Newline-delimited Items: every non-empty line one Item.
             let mut items = Vec::new();
             for (n, line) in trimmed.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-                let v: Value = serde_json::from_str(line).map_err(|e| {
+                let v: &RawValue = serde_json::from_str(line.trim()).map_err(|e| {
                     if n == 0 {
                         not_stac(format!("not JSON ({whole})"))
                     } else {
@@ -130,7 +160,7 @@ pub fn parse_document(doc: &str, bytes: &[u8], rewrite: &HrefRewrite) -> Result<
                 if items.len() >= MAX_ITEMS {
                     return Err(not_stac(format!("more than {MAX_ITEMS} items")));
                 }
-                items.push(Item::from_json(&v, doc, &resolve)?);
+                items.push(Item::from_raw(v, doc, &resolve, keep)?);
             }
             Ok(items)
         }

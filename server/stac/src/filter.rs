@@ -119,6 +119,12 @@ fn parse_predicate(key: &str, v: &toml::Value) -> Result<Predicate, String> {
 }
 
 impl ItemFilter {
+    /// The property names the predicates compare (what a parse must keep for
+    /// [`ItemFilter::accepts`]: see `KeepProperties::Named`).
+    pub fn property_keys(&self) -> impl Iterator<Item = &str> {
+        self.predicates.iter().map(|p| p.key.as_str())
+    }
+
     /// From the dataset's `filter` table.
     pub fn from_table(t: &toml::Table) -> Result<Self, String> {
         let mut f = ItemFilter::default();

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::StacError;
@@ -59,9 +60,8 @@ pub struct Item {
     pub end: Option<DateTime<Utc>>,
     /// `[minx, miny, maxx, maxy]` in EPSG:4326.
     pub bbox: Option<[f64; 4]>,
-    /// GeoJSON `geometry` (EPSG:4326), None when absent or null.
-    pub geometry: Option<Value>,
-    /// `properties` as written (empty when absent).
+    /// The scalar `properties` the parse kept (see [`KeepProperties`]; `geometry` and
+    /// nested properties are never kept: nothing cogfeed does reads them).
     pub properties: Map<String, Value>,
     /// Assets by key.
     pub assets: BTreeMap<String, Asset>,
@@ -70,20 +70,275 @@ pub struct Item {
 /// Limits that keep a hostile document from costing unbounded work per Item.
 const MAX_ASSETS: usize = 4096;
 const MAX_BANDS: usize = 4096;
+/// Most scalar properties an Item keeps with [`KeepProperties::Scalars`] (STAC Items have
+/// tens to hundreds).
+pub const MAX_PROPERTIES: usize = 4096;
+/// Largest JSON text of one field cogfeed decodes (an id, an href, a `proj:transform`, a
+/// band's `nodata`, ...): these are small in every real Item; a field of megabytes is
+/// refused before it is decoded, so no field amplifies into a large `Value`.
+pub const MAX_FIELD_BYTES: usize = 64 << 10;
 
-fn parse_time(v: Option<&Value>) -> Result<Option<DateTime<Utc>>, String> {
-    match v {
+/// Which Item properties an [`Item`] keeps in [`Item::properties`]. cogfeed reads
+/// `datetime`, `start_datetime`, `end_datetime` and the `proj:*` fields itself whatever
+/// this says; the kept properties are what filters compare. Arrays and objects are never
+/// kept (filters compare numbers, strings and booleans), so a property of megabytes of
+/// nested JSON costs a scan, not a copy.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum KeepProperties<'k> {
+    /// Every scalar property, at most [`MAX_PROPERTIES`] (more is refused).
+    #[default]
+    Scalars,
+    /// Only these (the keys a dataset's filters name); the others are skipped unread.
+    Named(&'k [String]),
+}
+
+impl KeepProperties<'_> {
+    fn keeps(&self, key: &str) -> bool {
+        match self {
+            Self::Scalars => true,
+            Self::Named(keys) => keys.iter().any(|k| k == key),
+        }
+    }
+}
+
+/// An Item as the document holds it: each field borrowed from the document's text, unread
+/// until it is needed; fields cogfeed does not use (`geometry`, `links`, ...) are skipped
+/// by the parser without being stored.
+#[derive(serde::Deserialize)]
+struct WireItem<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    collection: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    bbox: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    properties: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    assets: Option<&'a RawValue>,
+}
+
+/// The projection fields of an asset or of an Item's properties.
+#[derive(Default)]
+struct WireProjection<'a> {
+    epsg: Option<&'a RawValue>,
+    code: Option<&'a RawValue>,
+    shape: Option<&'a RawValue>,
+    transform: Option<&'a RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireAsset<'a> {
+    #[serde(borrow, default)]
+    href: Option<&'a RawValue>,
+    #[serde(rename = "type", borrow, default)]
+    media_type: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    roles: Option<&'a RawValue>,
+    // Not `#[serde(flatten)]`: flattened fields are buffered, and borrowed raw JSON cannot be.
+    #[serde(rename = "proj:epsg", borrow, default)]
+    epsg: Option<&'a RawValue>,
+    #[serde(rename = "proj:code", borrow, default)]
+    code: Option<&'a RawValue>,
+    #[serde(rename = "proj:shape", borrow, default)]
+    shape: Option<&'a RawValue>,
+    #[serde(rename = "proj:transform", borrow, default)]
+    transform: Option<&'a RawValue>,
+    #[serde(rename = "raster:bands", borrow, default)]
+    bands: Option<&'a RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireBand<'a> {
+    #[serde(borrow, default)]
+    data_type: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    nodata: Option<&'a RawValue>,
+}
+
+/// A small field's JSON as a `Value` (at most [`MAX_FIELD_BYTES`] of text).
+fn small(raw: &RawValue, what: &str) -> Result<Value, String> {
+    let text = raw.get();
+    if text.len() > MAX_FIELD_BYTES {
+        return Err(format!(
+            "{what} is {} bytes of JSON (at most {MAX_FIELD_BYTES})",
+            text.len()
+        ));
+    }
+    serde_json::from_str(text).map_err(|e| format!("{what}: {e}"))
+}
+
+fn is_object(raw: &RawValue) -> bool {
+    raw.get().starts_with('{')
+}
+
+/// The entries of a JSON object, each borrowed, at most `max` of them (counted as they are
+/// read, so a map of millions of keys is refused after `max`, not after it is built).
+struct BoundedEntries<'w> {
+    max: usize,
+    what: &'w str,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for BoundedEntries<'_> {
+    type Value = Vec<(String, &'de RawValue)>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for BoundedEntries<'_> {
+    type Value = Vec<(String, &'de RawValue)>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{} as an object", self.what)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.len() == self.max {
+                return Err(serde::de::Error::custom(format_args!(
+                    "more than {} {} (at most {})",
+                    self.max, self.what, self.max
+                )));
+            }
+            out.push((key, map.next_value::<&RawValue>()?));
+        }
+        Ok(out)
+    }
+}
+
+/// The elements of a JSON array, each borrowed, at most `max` of them.
+pub(crate) struct BoundedElements<'w> {
+    pub(crate) max: usize,
+    pub(crate) what: &'w str,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for BoundedElements<'_> {
+    type Value = Vec<&'de RawValue>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for BoundedElements<'_> {
+    type Value = Vec<&'de RawValue>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{} as an array", self.what)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element::<&RawValue>()? {
+            if out.len() == self.max {
+                return Err(serde::de::Error::custom(format_args!(
+                    "{} has more than {} entries (at most {})",
+                    self.what, self.max, self.max
+                )));
+            }
+            out.push(v);
+        }
+        Ok(out)
+    }
+}
+
+/// Reads `raw` with `seed` and nothing after it.
+pub(crate) fn read_with<'de, S: serde::de::DeserializeSeed<'de>>(
+    raw: &'de RawValue,
+    seed: S,
+) -> serde_json::Result<S::Value> {
+    let mut d = serde_json::Deserializer::from_str(raw.get());
+    let v = seed.deserialize(&mut d)?;
+    d.end()?;
+    Ok(v)
+}
+
+/// The properties an Item keeps, and its projection fields, read in one pass over
+/// `properties`; what is not kept is skipped unread.
+struct PropertiesSeed<'k> {
+    keep: KeepProperties<'k>,
+}
+
+struct ReadProperties<'a> {
+    kept: Map<String, Value>,
+    times: [Option<&'a RawValue>; 3],
+    projection: WireProjection<'a>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for PropertiesSeed<'_> {
+    type Value = ReadProperties<'de>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for PropertiesSeed<'_> {
+    type Value = ReadProperties<'de>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("properties as an object")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error as _;
+        let mut out = ReadProperties {
+            kept: Map::new(),
+            times: [None; 3],
+            projection: WireProjection::default(),
+        };
+        let mut seen = 0usize;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let slot = match key.as_ref() {
+                "datetime" => Some(&mut out.times[0]),
+                "start_datetime" => Some(&mut out.times[1]),
+                "end_datetime" => Some(&mut out.times[2]),
+                "proj:epsg" => Some(&mut out.projection.epsg),
+                "proj:code" => Some(&mut out.projection.code),
+                "proj:shape" => Some(&mut out.projection.shape),
+                "proj:transform" => Some(&mut out.projection.transform),
+                _ => None,
+            };
+            let keep = self.keep.keeps(&key);
+            if slot.is_none() && !keep {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                continue;
+            }
+            let raw = map.next_value::<&'de RawValue>()?;
+            let scalar = !matches!(raw.get().as_bytes().first(), Some(b'[' | b'{'));
+            if keep && scalar {
+                seen += 1;
+                if seen > MAX_PROPERTIES {
+                    return Err(A::Error::custom(format_args!(
+                        "more than {MAX_PROPERTIES} properties (at most {MAX_PROPERTIES})"
+                    )));
+                }
+                let value =
+                    serde_json::from_str(raw.get()).map_err(|e| A::Error::custom(format_args!("{key}: {e}")))?;
+                out.kept.insert(key.clone().into_owned(), value);
+            }
+            if let Some(slot) = slot {
+                *slot = Some(raw);
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn parse_time(v: Option<&RawValue>, what: &str) -> Result<Option<DateTime<Utc>>, String> {
+    match v.map(|r| small(r, what)).transpose()? {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => DateTime::parse_from_rfc3339(s)
+        Some(Value::String(s)) => DateTime::parse_from_rfc3339(&s)
             .map(|t| Some(t.with_timezone(&Utc)))
             .map_err(|e| format!("datetime {s:?}: {e}")),
         Some(other) => Err(format!("datetime {other} is not a string")),
     }
 }
 
-/// `proj:epsg` (integer) or `proj:code` (`"EPSG:n"`) of an object, if it names one.
-fn epsg_of(obj: &Map<String, Value>) -> Result<Option<u32>, String> {
-    if let Some(v) = obj.get("proj:code").filter(|v| !v.is_null()) {
+/// `proj:epsg` (integer) or `proj:code` (`"EPSG:n"`), if the fields name one.
+fn epsg_of(p: &WireProjection) -> Result<Option<u32>, String> {
+    if let Some(v) = p
+        .code
+        .map(|r| small(r, "proj:code"))
+        .transpose()?
+        .filter(|v| !v.is_null())
+    {
         let s = v.as_str().ok_or_else(|| format!("proj:code {v} is not a string"))?;
         let code = s
             .split_once(':')
@@ -92,7 +347,7 @@ fn epsg_of(obj: &Map<String, Value>) -> Result<Option<u32>, String> {
             .ok_or_else(|| format!("proj:code {s:?} is not EPSG:<code>"))?;
         return Ok(Some(code));
     }
-    match obj.get("proj:epsg") {
+    match p.epsg.map(|r| small(r, "proj:epsg")).transpose()? {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
@@ -112,11 +367,16 @@ fn numbers(v: &Value, what: &str, max: usize) -> Result<Vec<f64>, String> {
         .collect()
 }
 
-fn shape_of(obj: &Map<String, Value>) -> Result<Option<(u64, u64)>, String> {
-    let Some(v) = obj.get("proj:shape").filter(|v| !v.is_null()) else {
+/// A small field that may be absent or null.
+fn field(raw: Option<&RawValue>, what: &str) -> Result<Option<Value>, String> {
+    Ok(raw.map(|r| small(r, what)).transpose()?.filter(|v| !v.is_null()))
+}
+
+fn shape_of(p: &WireProjection) -> Result<Option<(u64, u64)>, String> {
+    let Some(v) = field(p.shape, "proj:shape")? else {
         return Ok(None);
     };
-    let n = numbers(v, "proj:shape", 2)?;
+    let n = numbers(&v, "proj:shape", 2)?;
     match n.as_slice() {
         [r, c] if *r >= 1.0 && *c >= 1.0 && r.fract() == 0.0 && c.fract() == 0.0 && *r < 1e9 && *c < 1e9 => {
             Ok(Some((*r as u64, *c as u64)))
@@ -125,17 +385,17 @@ fn shape_of(obj: &Map<String, Value>) -> Result<Option<(u64, u64)>, String> {
     }
 }
 
-fn transform_of(obj: &Map<String, Value>) -> Result<Option<Affine>, String> {
-    let Some(v) = obj.get("proj:transform").filter(|v| !v.is_null()) else {
+fn transform_of(p: &WireProjection) -> Result<Option<Affine>, String> {
+    let Some(v) = field(p.transform, "proj:transform")? else {
         return Ok(None);
     };
-    let n = numbers(v, "proj:transform", 9)?;
+    let n = numbers(&v, "proj:transform", 9)?;
     Affine::from_stac(&n)
         .map(Some)
         .map_err(|e| format!("proj:transform: {e}"))
 }
 
-fn nodata_of(v: Option<&Value>) -> Result<Option<f64>, String> {
+fn nodata_of(v: Option<Value>) -> Result<Option<f64>, String> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => n.as_f64().map(Some).ok_or_else(|| format!("nodata {n}")),
@@ -149,51 +409,85 @@ fn nodata_of(v: Option<&Value>) -> Result<Option<f64>, String> {
     }
 }
 
-fn bands_of(obj: &Map<String, Value>) -> Result<Vec<BandInfo>, String> {
-    let Some(v) = obj.get("raster:bands").filter(|v| !v.is_null()) else {
+fn bands_of(raw: Option<&RawValue>) -> Result<Vec<BandInfo>, String> {
+    let Some(raw) = raw.filter(|r| r.get() != "null") else {
         return Ok(Vec::new());
     };
-    let arr = v.as_array().ok_or("raster:bands is not an array")?;
-    if arr.len() > MAX_BANDS {
-        return Err(format!("raster:bands has {} entries (at most {MAX_BANDS})", arr.len()));
+    if !raw.get().starts_with('[') {
+        return Err("raster:bands is not an array".into());
     }
-    arr.iter()
+    let bands = read_with(
+        raw,
+        BoundedElements {
+            max: MAX_BANDS,
+            what: "raster:bands",
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    bands
+        .into_iter()
         .map(|b| {
-            let b = b.as_object().ok_or("raster:bands holds a non-object")?;
+            if !is_object(b) {
+                return Err("raster:bands holds a non-object".to_string());
+            }
+            let b: WireBand = serde_json::from_str(b.get()).map_err(|e| format!("raster:bands: {e}"))?;
             Ok(BandInfo {
-                data_type: b.get("data_type").and_then(Value::as_str).map(str::to_string),
-                nodata: nodata_of(b.get("nodata"))?,
+                data_type: field(b.data_type, "data_type")?.and_then(|v| v.as_str().map(str::to_string)),
+                nodata: nodata_of(field(b.nodata, "nodata")?)?,
             })
         })
         .collect()
 }
 
+fn strings(raw: Option<&RawValue>, what: &str) -> Result<Vec<String>, String> {
+    Ok(match field(raw, what)? {
+        Some(Value::Array(a)) => a.into_iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
+        _ => Vec::new(),
+    })
+}
+
 impl Item {
-    /// Parses one Item. `resolve` turns a raw href into the URL cogfeed reads.
+    /// Parses one Item given as a JSON value (a stac-geoparquet row, a test). Keeps every
+    /// scalar property.
     pub fn from_json(value: &Value, doc: &str, resolve: &dyn Fn(&str) -> String) -> Result<Self, StacError> {
-        let obj = value.as_object().ok_or_else(|| StacError::NotStac {
+        let text = serde_json::value::to_raw_value(value).map_err(|e| StacError::NotStac {
             doc: doc.to_string(),
-            reason: "an item is not a JSON object".into(),
+            reason: format!("an item cannot be read ({e})"),
         })?;
-        if obj.get("type").and_then(Value::as_str) != Some("Feature") {
-            return Err(StacError::NotStac {
-                doc: doc.to_string(),
-                reason: format!(
-                    "an item has type {}, not \"Feature\"",
-                    obj.get("type").map(Value::to_string).unwrap_or_else(|| "(none)".into())
-                ),
-            });
+        Self::from_raw(&text, doc, resolve, KeepProperties::Scalars)
+    }
+
+    /// Parses one Item from its JSON text, reading only the fields cogfeed uses (each
+    /// bounded by [`MAX_FIELD_BYTES`]) and the properties `keep` names. `resolve` turns a
+    /// raw href into the URL cogfeed reads.
+    pub fn from_raw(
+        raw: &RawValue,
+        doc: &str,
+        resolve: &dyn Fn(&str) -> String,
+        keep: KeepProperties<'_>,
+    ) -> Result<Self, StacError> {
+        let not_stac = |reason: String| StacError::NotStac {
+            doc: doc.to_string(),
+            reason,
+        };
+        if !is_object(raw) {
+            return Err(not_stac("an item is not a JSON object".into()));
         }
-        let id = match obj.get("id") {
-            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        let wire: WireItem = serde_json::from_str(raw.get()).map_err(|e| not_stac(format!("an item: {e}")))?;
+        let kind = field(wire.kind, "type").map_err(&not_stac)?;
+        if kind.as_ref().and_then(Value::as_str) != Some("Feature") {
+            return Err(not_stac(format!(
+                "an item has type {}, not \"Feature\"",
+                kind.map(|v| v.to_string()).unwrap_or_else(|| "(none)".into())
+            )));
+        }
+        let id = match field(wire.id, "id").map_err(&not_stac)? {
+            Some(Value::String(s)) if !s.is_empty() => s,
             other => {
-                return Err(StacError::NotStac {
-                    doc: doc.to_string(),
-                    reason: format!(
-                        "an item has no string id ({})",
-                        other.map(Value::to_string).unwrap_or_default()
-                    ),
-                });
+                return Err(not_stac(format!(
+                    "an item has no string id ({})",
+                    other.map(|v| v.to_string()).unwrap_or_default()
+                )));
             }
         };
         let bad = |reason: String| StacError::BadItem {
@@ -201,19 +495,22 @@ impl Item {
             item: id.clone(),
             reason,
         };
-        let empty = Map::new();
-        let properties = match obj.get("properties") {
-            Some(Value::Object(m)) => m.clone(),
-            None | Some(Value::Null) => empty.clone(),
-            Some(_) => return Err(bad("properties is not an object".into())),
+        let props = match wire.properties.filter(|r| r.get() != "null") {
+            None => ReadProperties {
+                kept: Map::new(),
+                times: [None; 3],
+                projection: WireProjection::default(),
+            },
+            Some(r) if !is_object(r) => return Err(bad("properties is not an object".into())),
+            Some(r) => read_with(r, PropertiesSeed { keep }).map_err(|e| bad(format!("properties: {e}")))?,
         };
-        let datetime = parse_time(properties.get("datetime")).map_err(&bad)?;
-        let start = parse_time(properties.get("start_datetime")).map_err(&bad)?;
-        let end = parse_time(properties.get("end_datetime")).map_err(&bad)?;
-        let bbox = match obj.get("bbox") {
-            None | Some(Value::Null) => None,
+        let datetime = parse_time(props.times[0], "datetime").map_err(&bad)?;
+        let start = parse_time(props.times[1], "start_datetime").map_err(&bad)?;
+        let end = parse_time(props.times[2], "end_datetime").map_err(&bad)?;
+        let bbox = match field(wire.bbox, "bbox").map_err(&bad)? {
+            None => None,
             Some(v) => {
-                let n = numbers(v, "bbox", 6).map_err(&bad)?;
+                let n = numbers(&v, "bbox", 6).map_err(&bad)?;
                 match n.as_slice() {
                     [a, b, c, d] => Some([*a, *b, *c, *d]),
                     [a, b, _, d, e, _] => Some([*a, *b, *d, *e]),
@@ -221,56 +518,68 @@ impl Item {
                 }
             }
         };
-        let item_epsg = epsg_of(&properties).map_err(&bad)?;
-        let item_shape = shape_of(&properties).map_err(&bad)?;
-        let item_transform = transform_of(&properties).map_err(&bad)?;
+        let item_epsg = epsg_of(&props.projection).map_err(&bad)?;
+        let item_shape = shape_of(&props.projection).map_err(&bad)?;
+        let item_transform = transform_of(&props.projection).map_err(&bad)?;
         let mut assets = BTreeMap::new();
-        match obj.get("assets") {
-            Some(Value::Object(m)) => {
-                if m.len() > MAX_ASSETS {
-                    return Err(bad(format!("{} assets (at most {MAX_ASSETS})", m.len())));
-                }
-                for (key, a) in m {
+        match wire.assets.filter(|r| r.get() != "null") {
+            Some(r) if is_object(r) => {
+                let entries = read_with(
+                    r,
+                    BoundedEntries {
+                        max: MAX_ASSETS,
+                        what: "assets",
+                    },
+                )
+                .map_err(|e| bad(e.to_string()))?;
+                for (key, a) in entries {
                     let bad_asset = |reason: String| StacError::BadAsset {
                         item: id.clone(),
                         asset: key.clone(),
                         reason,
                     };
-                    let a = a.as_object().ok_or_else(|| bad_asset("not a JSON object".into()))?;
-                    let href_raw = a
-                        .get("href")
-                        .and_then(Value::as_str)
-                        .ok_or_else(|| bad_asset("no href".into()))?
-                        .to_string();
+                    if !is_object(a) {
+                        return Err(bad_asset("not a JSON object".into()));
+                    }
+                    let a: WireAsset = serde_json::from_str(a.get()).map_err(|e| bad_asset(e.to_string()))?;
+                    let projection = WireProjection {
+                        epsg: a.epsg,
+                        code: a.code,
+                        shape: a.shape,
+                        transform: a.transform,
+                    };
+                    let href_raw = match field(a.href, "href").map_err(&bad_asset)? {
+                        Some(Value::String(h)) => h,
+                        _ => return Err(bad_asset("no href".into())),
+                    };
                     let asset = Asset {
                         key: key.clone(),
                         href: resolve(&href_raw),
                         href_raw,
-                        media_type: a.get("type").and_then(Value::as_str).map(str::to_string),
-                        roles: a
-                            .get("roles")
-                            .and_then(Value::as_array)
-                            .map(|r| r.iter().filter_map(Value::as_str).map(str::to_string).collect())
-                            .unwrap_or_default(),
-                        epsg: epsg_of(a).map_err(&bad_asset)?.or(item_epsg),
-                        shape: shape_of(a).map_err(&bad_asset)?.or(item_shape),
-                        transform: transform_of(a).map_err(&bad_asset)?.or(item_transform),
-                        bands: bands_of(a).map_err(&bad_asset)?,
+                        media_type: field(a.media_type, "type")
+                            .map_err(&bad_asset)?
+                            .and_then(|v| v.as_str().map(str::to_string)),
+                        roles: strings(a.roles, "roles").map_err(&bad_asset)?,
+                        epsg: epsg_of(&projection).map_err(&bad_asset)?.or(item_epsg),
+                        shape: shape_of(&projection).map_err(&bad_asset)?.or(item_shape),
+                        transform: transform_of(&projection).map_err(&bad_asset)?.or(item_transform),
+                        bands: bands_of(a.bands).map_err(&bad_asset)?,
                     };
-                    assets.insert(key.clone(), asset);
+                    assets.insert(key, asset);
                 }
             }
-            None | Some(Value::Null) => {}
+            None => {}
             Some(_) => return Err(bad("assets is not an object".into())),
         }
         Ok(Self {
-            collection: obj.get("collection").and_then(Value::as_str).map(str::to_string),
+            collection: field(wire.collection, "collection")
+                .map_err(&bad)?
+                .and_then(|v| v.as_str().map(str::to_string)),
             datetime: datetime.or(start),
             start,
             end,
             bbox,
-            geometry: obj.get("geometry").filter(|g| !g.is_null()).cloned(),
-            properties,
+            properties: props.kept,
             assets,
             id,
         })
@@ -338,5 +647,46 @@ mod tests {
         assert!(e.contains("item a") && e.contains("datetime"), "{e}");
         let e = Item::from_json(&serde_json::json!({"type": "Collection"}), "doc", &|h| h.to_string()).unwrap_err();
         assert!(matches!(e, StacError::NotStac { .. }));
+    }
+
+    #[test]
+    fn only_scalar_properties_are_kept_and_named_keeps_fewer() {
+        let v = item(
+            serde_json::json!({"eo:cloud_cover": 12.5, "platform": "s2a", "s2:history": [[1, 2]], "view": {"az": 1}}),
+            serde_json::json!({"href": "x", "file:values": [1, 2, 3]}),
+        );
+        let raw = serde_json::value::to_raw_value(&v).unwrap();
+        let all = Item::from_raw(&raw, "doc", &|h| h.to_string(), KeepProperties::Scalars).unwrap();
+        let mut keys: Vec<&String> = all.properties.keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["datetime", "eo:cloud_cover", "platform", "proj:epsg"]);
+        let named = ["platform".to_string()];
+        let some = Item::from_raw(&raw, "doc", &|h| h.to_string(), KeepProperties::Named(&named)).unwrap();
+        assert_eq!(some.properties.keys().collect::<Vec<_>>(), ["platform"]);
+        // What cogfeed reads itself is read whatever is kept.
+        assert_eq!(some.datetime, all.datetime);
+        assert_eq!(some.asset("B02").unwrap().epsg, Some(32632));
+    }
+
+    #[test]
+    fn a_field_of_megabytes_is_refused_before_it_is_decoded() {
+        let v = item(
+            serde_json::json!({}),
+            serde_json::json!({"href": "x", "proj:transform": vec![1.0; 100_000]}),
+        );
+        let e = Item::from_json(&v, "doc", &|h| h.to_string()).unwrap_err().to_string();
+        assert!(
+            e.contains("asset B02") && e.contains("proj:transform is") && e.contains("at most 65536"),
+            "{e}"
+        );
+        // A huge geometry or an unread field costs a scan: the Item is read.
+        let mut v = item(serde_json::json!({}), serde_json::json!({"href": "x"}));
+        v["geometry"] = serde_json::json!({"type": "Polygon", "coordinates": [vec![[1.0, 2.0]; 100_000]]});
+        v["links"] = serde_json::json!(vec!["l"; 100_000]);
+        assert!(Item::from_json(&v, "doc", &|h| h.to_string()).is_ok());
+        // Duplicate fields are an error, not a silent choice.
+        let raw = RawValue::from_string(r#"{"type":"Feature","id":"a","id":"b"}"#.to_string()).unwrap();
+        let e = Item::from_raw(&raw, "doc", &|h| h.to_string(), KeepProperties::Scalars).unwrap_err();
+        assert!(e.to_string().contains("duplicate field"), "{e}");
     }
 }

@@ -21,11 +21,11 @@ pub mod points;
 
 pub use budget::DEFAULT_MAX_DECODED_BYTES;
 pub use describe::{describe, describe_text};
-pub use document::{HrefRewrite, parse_document, resolve_href};
+pub use document::{HrefRewrite, parse_document, parse_document_keeping, resolve_href};
 pub use filter::ItemFilter;
 pub use geoparquet::{is_parquet, parse_geoparquet, parse_geoparquet_bounded};
 pub use index::BboxIndex;
-pub use item::{Asset, BandInfo, Item};
+pub use item::{Asset, BandInfo, Item, KeepProperties};
 
 /// A STAC document or Item that cogfeed cannot use.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

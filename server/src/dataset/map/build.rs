@@ -64,7 +64,14 @@ impl MapSpace {
         let rewrite = HrefRewrite::new(c.href_rewrite.clone());
         let bad = |m: String| Error::InvalidArgument(format!("dataset {}: {m}", c.name));
         let started = std::time::Instant::now();
-        let mut items = read_items(stores, url, &rewrite).await?;
+        // Items keep only the properties some filter compares.
+        let mut filter_keys: Vec<String> = Vec::new();
+        for table in c.filter.iter().chain(c.layers.iter().filter_map(|l| l.filter.as_ref())) {
+            if let Ok(f) = ItemFilter::from_table(table) {
+                filter_keys.extend(f.property_keys().map(str::to_string));
+            }
+        }
+        let mut items = read_items(stores, url, &rewrite, KeepProperties::Named(&filter_keys)).await?;
         let found = items.len();
         tracing::info!(dataset = %c.name, items = found, seconds = started.elapsed().as_secs_f64(), "items read");
         if let Some(f) = &c.filter {

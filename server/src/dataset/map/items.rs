@@ -12,9 +12,19 @@ pub(super) fn doc_error(doc: &str, reason: String) -> Error {
 }
 
 /// Reads every Item of `url`: a JSON document, a stac-geoparquet file, or a prefix (ending
-/// in `/`) of `.json` Items.
-pub async fn read_items(stores: &Stores, url: &str, rewrite: &HrefRewrite) -> Result<Vec<Item>> {
-    async fn read_doc(stores: &Stores, url: String, rewrite: &HrefRewrite) -> Result<Vec<Item>> {
+/// in `/`) of `.json` Items, keeping the properties `keep` names.
+pub async fn read_items(
+    stores: &Stores,
+    url: &str,
+    rewrite: &HrefRewrite,
+    keep: KeepProperties<'_>,
+) -> Result<Vec<Item>> {
+    async fn read_doc(
+        stores: &Stores,
+        url: String,
+        rewrite: &HrefRewrite,
+        keep: KeepProperties<'_>,
+    ) -> Result<Vec<Item>> {
         let reader = stores.reader(&url)?;
         let prefix = reader
             .read_prefix(MAX_PARQUET_BYTES)
@@ -28,21 +38,25 @@ pub async fn read_items(stores: &Stores, url: &str, rewrite: &HrefRewrite) -> Re
         }
         if cogfeed_stac::is_parquet(&prefix.bytes) {
             let limit = decoded_limit();
-            return checked_ids(
-                &url,
-                cogfeed_stac::parse_geoparquet_bounded(&url, prefix.bytes, rewrite, limit)?,
-            );
+            let mut items = cogfeed_stac::parse_geoparquet_bounded(&url, prefix.bytes, rewrite, limit)?;
+            if let KeepProperties::Named(keys) = keep {
+                for it in &mut items {
+                    it.properties.retain(|k, _| keys.contains(k));
+                }
+            }
+            return checked_ids(&url, items);
         }
-        if prefix.object_size > MAX_DOCUMENT_BYTES {
+        let limit = max_document_bytes();
+        if prefix.object_size > limit {
             return Err(doc_error(
                 &url,
                 format!(
-                    "{} bytes of JSON (at most {MAX_DOCUMENT_BYTES}; use stac-geoparquet for large catalogs)",
+                    "{} bytes of JSON (at most {limit}: a quarter of the memory budget, at most 512 MiB; use stac-geoparquet for large catalogs)",
                     prefix.object_size
                 ),
             ));
         }
-        checked_ids(&url, parse_document(&url, &prefix.bytes, rewrite)?)
+        checked_ids(&url, parse_document_keeping(&url, &prefix.bytes, rewrite, keep)?)
     }
     if url.ends_with('/') {
         let urls = stores.list_suffixed(url, &[".json", ".geojson"]).await?;
@@ -50,7 +64,7 @@ pub async fn read_items(stores: &Stores, url: &str, rewrite: &HrefRewrite) -> Re
             return Err(doc_error(url, "no .json Items under this prefix".into()));
         }
         let docs: Vec<Result<Vec<Item>>> = futures::stream::iter(urls)
-            .map(|u| read_doc(stores, u, rewrite))
+            .map(|u| read_doc(stores, u, rewrite, keep))
             .buffered(LIST_CONCURRENCY)
             .collect()
             .await;
@@ -60,7 +74,7 @@ pub async fn read_items(stores: &Stores, url: &str, rewrite: &HrefRewrite) -> Re
         }
         return Ok(items);
     }
-    read_doc(stores, url.to_string(), rewrite).await
+    read_doc(stores, url.to_string(), rewrite, keep).await
 }
 
 /// Longest Item id served: every sample lists the ids of the Items it was made from, so an
@@ -77,6 +91,13 @@ pub const MAX_POINT_NAME_BYTES: usize = 256;
 /// the crate's default.
 fn decoded_limit() -> u64 {
     crate::memory::default_budget_bytes().max(cogfeed_stac::DEFAULT_MAX_DECODED_BYTES)
+}
+
+/// Largest JSON document read: a quarter of what the daemon can afford (its default
+/// memory budget), between 16 and 512 MiB. A document is held while it is parsed, and its
+/// Items cost at most about its size again (see `cogfeed_stac::parse_document_keeping`).
+fn max_document_bytes() -> u64 {
+    (crate::memory::default_budget_bytes() / 4).clamp(MIN_DOCUMENT_BYTES, MAX_DOCUMENT_BYTES)
 }
 
 /// `items`, or an error naming the first whose id is longer than [`MAX_ITEM_ID_BYTES`].
@@ -202,5 +223,5 @@ pub(super) fn place_points(
 /// Reads the Items of the document at `url` (a local path or any store URL; JSON, or
 /// stac-geoparquet), as the daemon does.
 pub async fn load_items(url: &str, rewrite: &HrefRewrite, store: &StoreOptions) -> Result<Vec<Item>> {
-    read_items(&Stores::new(store.clone()), url, rewrite).await
+    read_items(&Stores::new(store.clone()), url, rewrite, KeepProperties::Scalars).await
 }

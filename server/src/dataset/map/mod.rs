@@ -23,7 +23,7 @@ use crate::tiles::{HeaderCache, TileSource};
 use cogfeed_geo::warp::Resampling;
 use cogfeed_geo::{Affine, Crs, Footprint, Transformer};
 use cogfeed_stac::points;
-use cogfeed_stac::{HrefRewrite, Item, ItemFilter, StacError, parse_document};
+use cogfeed_stac::{HrefRewrite, Item, ItemFilter, KeepProperties, StacError, parse_document_keeping};
 use cogfeed_tiff::{DType, OpenOptions, RangeReader};
 use mosaic::AssetSource;
 
@@ -46,6 +46,8 @@ pub use items::{load_items, read_items};
 
 /// Largest STAC JSON document read whole.
 const MAX_DOCUMENT_BYTES: u64 = 512 << 20;
+/// Smallest limit on a JSON document, however small the memory budget.
+const MIN_DOCUMENT_BYTES: u64 = 16 << 20;
 /// Largest stac-geoparquet file read whole (about ten million Items).
 const MAX_PARQUET_BYTES: u64 = 4 << 30;
 /// Opened (Item, asset) sources kept for the next sample.
