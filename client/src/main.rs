@@ -1,6 +1,6 @@
 //! `cogfeed-client`: list and describe datasets, stream batches (optionally as JSON lines
-//! with tensor hashes), benchmark a stream, preview batches as pictures and stitch a grid
-//! stream back into a COG.
+//! with tensor hashes), read one footprint of a map-space dataset, benchmark a stream,
+//! preview batches as pictures and stitch a grid stream back into a COG.
 
 mod cli;
 
@@ -91,6 +91,9 @@ enum Command {
         #[arg(long, value_delimiter = ',', allow_negative_numbers = true, default_value = "2,98")]
         percentiles: Vec<f64>,
     },
+    /// Read one footprint of a map-space dataset (ReadFootprint): a JSON report of what came
+    /// back, the tensors to .npz or .npy with --out.
+    Read(cli::read::ReadArgs),
     /// Stitch a grid stream's layer back into a COG per scene (the identity model).
     Stitch {
         #[command(flatten)]
@@ -363,33 +366,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                             })
                             .collect();
                         line["layers"] = serde_json::Value::Object(layers);
-                        line["samples"] = b
-                            .samples
-                            .iter()
-                            .map(|m| {
-                                let mut s = serde_json::json!({
-                                    "items": m.items, "drawn": m.drawn, "crs": m.crs, "bounds": m.bounds,
-                                    "resolution": m.resolution, "padded": m.padded, "datetime": m.datetime,
-                                    "valid_fraction": m.valid_fraction, "split": m.split,
-                                });
-                                if !m.dataset.is_empty() {
-                                    s["dataset"] = m.dataset.clone().into();
-                                }
-                                if !m.point_id.is_empty() {
-                                    s["point_id"] = m.point_id.clone().into();
-                                    s["targets"] = serde_json::json!(m.targets);
-                                }
-                                if !m.datetimes.is_empty() {
-                                    s["datetimes"] = m
-                                        .datetimes
-                                        .iter()
-                                        .map(|d| (d.layer.clone(), serde_json::json!(d.dates)))
-                                        .collect::<serde_json::Map<_, _>>()
-                                        .into();
-                                }
-                                s
-                            })
-                            .collect();
+                        line["samples"] = b.samples.iter().map(cli::read::sample_json).collect();
                         if !b.targets.is_empty() {
                             line["targets"] = b
                                 .targets
@@ -424,6 +401,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
             out.flush()?;
+        }
+        Command::Read(args) => {
+            let report = cli::read::run(&mut client, &args).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
         }
         Command::Bench { sel, duration, step_ms } => bench(&mut client, &sel, duration, step_ms).await?,
         Command::Preview {

@@ -11,6 +11,7 @@ The Loader's request parameters are the fields of `StreamBatchesRequest`, one ke
 field added to the proto is a keyword to add here.
 """
 
+import datetime as _dt
 import os
 import socket
 import time
@@ -141,6 +142,12 @@ class Client:
             request_serializer=pb.StreamBatchesRequest.SerializeToString,
             response_deserializer=lambda raw: raw,
         )
+        # ReadFootprint likewise: one Batch message, decoded without copying its payloads.
+        self._raw_read_footprint = self._channel.unary_unary(
+            "/cogfeed.v1.Feed/ReadFootprint",
+            request_serializer=pb.ReadFootprintRequest.SerializeToString,
+            response_deserializer=lambda raw: raw,
+        )
 
     def reconnect(self) -> None:
         """Drops the channel and opens a new one."""
@@ -190,6 +197,39 @@ class Client:
         label = to_numpy(resp.label) if resp.HasField("label") else None
         return to_numpy(resp.image), label
 
+    def read(self, dataset: str, bounds: Sequence[float], crs: str,
+             datetime: Union[str, _dt.datetime, None] = None,
+             layers: Optional[Sequence[str]] = None, resolution: Optional[float] = None,
+             item: Optional[str] = None) -> Batch:
+        """One footprint of a map-space dataset, as a `Batch` of one sample: `b["image"]` is
+        [1, C, H, W] (time layers [1, T, C, H, W]), `b.meta[0]` its `SampleMeta`, exactly what a
+        stream of that footprint carries. `bounds` = (minx, miny, maxx, maxy) in `crs`
+        ("EPSG:32633"); in a reference grid's CRS they are snapped to its pixel edges.
+        `resolution`: the reference layer's pixel size in CRS units (None: the dataset's).
+        `datetime` (RFC 3339, or a `datetime.datetime`: naive = UTC) and `item` (a streamed
+        sample's `meta.datetime` and `meta.drawn`) choose the Item the footprint is planned
+        on; layers None = every layer. Bad input raises `InvalidRequest` naming what is wrong,
+        before anything is sent or from the daemon."""
+        return self.read_many(dataset, [{"bounds": bounds, "crs": crs, "datetime": datetime,
+                                          "resolution": resolution, "item": item}], layers=layers)
+
+    def read_many(self, dataset: str, footprints: Sequence[Any],
+                  layers: Optional[Sequence[str]] = None) -> Batch:
+        """Many footprints in one call: a `Batch` of one sample per footprint, in order (at most
+        the daemon's `limits.max_batch_size`; every footprint's layers of one shape). Each
+        footprint is a dict with `bounds`, `crs` and optionally `datetime`, `resolution`,
+        `item` (as for `read`), a `SampleMeta` (read back a streamed sample exactly), or a
+        `pb.Footprint`."""
+        request = pb.ReadFootprintRequest(dataset=dataset, layers=list(layers or []),
+                                          footprints=[_footprint(k, f) for k, f in enumerate(footprints)])
+        raw = self._call(self._raw_read_footprint, request)
+        meta, image, label, windows, skipped = decode_batch(raw)
+        return Batch(
+            image=image, label=label, windows=windows, epoch=meta["epoch"], index=meta["index"],
+            cursor=meta["cursor"], skipped=skipped, layers=meta["layers"], meta=meta["samples"],
+            time_masks=meta["time_masks"], targets=meta["targets"], dataset_version=meta["dataset_version"],
+        )
+
     def stream(self, request: pb.StreamBatchesRequest,
                metadata: Sequence[Tuple[str, str]] = ()) -> "Stream[pb.Batch]":
         """`Batch` messages of a stream request. A failure, at the open or in the middle of
@@ -200,6 +240,43 @@ class Client:
                    metadata: Sequence[Tuple[str, str]] = ()) -> "Stream[bytes]":
         """Serialized `Batch` messages of a stream request, as received (errors as `stream`)."""
         return Stream(call(self._raw_stream, request, metadata=self.metadata(metadata)))
+
+
+#: The keys of a footprint given as a dict.
+FOOTPRINT_KEYS = ("bounds", "crs", "datetime", "resolution", "item")
+
+
+def _footprint(k: int, f: Any) -> pb.Footprint:
+    """Footprint `k` of a call as a `Footprint` message, from a dict, a `SampleMeta` or a
+    message; what cannot be one raises `InvalidRequest` naming it, before anything is sent."""
+    if isinstance(f, pb.Footprint):
+        return f
+    if isinstance(f, SampleMeta):
+        return pb.Footprint(crs=f.crs, bounds=list(f.bounds), datetime=f.datetime or "", item=f.drawn)
+    if not isinstance(f, Mapping):
+        raise InvalidRequest(f"footprint {k}: a dict, a SampleMeta or a cogfeed.v1.Footprint, "
+                             f"not {type(f).__name__}")
+    unknown = sorted(str(key) for key in f if key not in FOOTPRINT_KEYS)
+    if unknown:
+        raise InvalidRequest(f"footprint {k}: unknown keys {unknown} (known: {', '.join(FOOTPRINT_KEYS)})")
+    if f.get("bounds") is None or not f.get("crs"):
+        raise InvalidRequest(f"footprint {k}: needs bounds and crs")
+    try:
+        bounds = [float(v) for v in f["bounds"]]
+        resolution = float(f.get("resolution") or 0.0)
+    except (TypeError, ValueError):
+        raise InvalidRequest(f"footprint {k}: bounds and resolution are numbers") from None
+    if len(bounds) != 4:
+        raise InvalidRequest(f"footprint {k}: {len(bounds)} bounds (give minx, miny, maxx, maxy)")
+    when = f.get("datetime")
+    if isinstance(when, _dt.datetime):
+        # A naive datetime is taken as UTC.
+        when = (when if when.tzinfo else when.replace(tzinfo=_dt.timezone.utc)).isoformat()
+    for name, value in (("crs", f["crs"]), ("datetime", when), ("item", f.get("item"))):
+        if value is not None and not isinstance(value, str):
+            raise InvalidRequest(f"footprint {k}: {name} is a string, not {type(value).__name__}")
+    return pb.Footprint(crs=f["crs"], bounds=bounds, datetime=when or "", resolution=resolution,
+                        item=f.get("item") or "")
 
 
 def replicas(address: Union[str, Sequence[str]]) -> List[str]:
