@@ -96,6 +96,7 @@ impl App {
                 s3_access_key_id: s.s3_access_key_id.clone(),
                 s3_secret_access_key: s.s3_secret_access_key.clone(),
             })
+            .with_rules(crate::dataset::store_rules::store_rules(&config.datasets)?)
             .with_metrics(metrics.clone()),
         );
         let auth = Arc::new(Auth::new(&config.auth, &config.limits)?);

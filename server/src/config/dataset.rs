@@ -113,6 +113,55 @@ pub struct DatasetConfig {
     /// STAC datasets: class-balanced draws for the `balanced` sampler.
     #[serde(default)]
     pub balance: Option<BalanceConfig>,
+    /// How this dataset's objects are requested (absent: the stores' environment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<DatasetStoreConfig>,
+}
+
+/// How requests are signed (`[datasets.store] sign`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sign {
+    /// The store's own credentials (environment, or the `*_env` variables named here).
+    #[default]
+    None,
+}
+
+/// `[datasets.store]`: how the dataset's objects are requested — its document and every
+/// asset href, scene, label and points file — applied per bucket, container or origin
+/// they live in. Credentials are given by the *names* of environment variables, never
+/// their values.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetStoreConfig {
+    /// Unsigned requests (public buckets: Earth Search's `sentinel-cogs`, public GCS).
+    #[serde(default)]
+    pub anonymous: bool,
+    /// S3 requester-pays (`x-amz-request-payer: requester`, e.g. `s3://usgs-landsat`).
+    #[serde(default)]
+    pub request_payer: bool,
+    /// How requests are signed.
+    #[serde(default)]
+    pub sign: Sign,
+    /// S3 region of the dataset's buckets (default: `AWS_REGION`, else us-east-1).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// S3-compatible endpoint of the dataset's buckets (default: `[store] s3_endpoint`,
+    /// else `AWS_ENDPOINT`, else AWS).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Environment variable holding the S3 access key id.
+    #[serde(default)]
+    pub access_key_id_env: Option<String>,
+    /// Environment variable holding the S3 secret access key.
+    #[serde(default)]
+    pub secret_access_key_env: Option<String>,
+    /// Environment variable holding an S3 session token.
+    #[serde(default)]
+    pub session_token_env: Option<String>,
+    /// Environment variable holding an Azure storage account key.
+    #[serde(default)]
+    pub azure_account_key_env: Option<String>,
 }
 
 /// `[[datasets.layers]]`: one named output of a STAC dataset.

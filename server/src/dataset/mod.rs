@@ -10,6 +10,7 @@
 //! Clients only ever name datasets; every URL comes from the configuration.
 
 pub mod map;
+pub mod store_rules;
 pub mod unready;
 
 pub use map::rules::check_config;

@@ -3,10 +3,12 @@
 //!
 //! Credentials and endpoints come from each store's standard environment variables
 //! (`AWS_*` incl. `AWS_ENDPOINT` and `AWS_ALLOW_HTTP`, `AZURE_*`, `GOOGLE_*`), read by the
-//! `object_store` builders. Every store gets retries with exponential backoff and a
+//! `object_store` builders, unless a dataset's [`StoreProfile`] says otherwise (unsigned,
+//! requester-pays, a region, credentials from other variables). Every store gets retries with exponential backoff and a
 //! per-request timeout. No credential is ever part of an error message.
 
 pub mod attempts;
+pub mod profile;
 pub mod registry;
 pub mod url;
 
@@ -21,6 +23,7 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 
 use crate::error::Result;
 use cogfeed_tiff::{Prefix, RangeReader, ReadError};
+pub use profile::{StoreProfile, StoreRules};
 pub use registry::Stores;
 pub use url::{Location, Scheme};
 
@@ -60,8 +63,13 @@ impl Default for StoreOptions {
     }
 }
 
-/// Builds the store for `location` (one store per bucket/container/origin).
-pub fn build_store(location: &Location, options: &StoreOptions) -> Result<Arc<dyn ObjectStore>> {
+/// Builds the store for `location` (one store per bucket/container/origin), with the
+/// settings of `profile` where a dataset gave some.
+pub fn build_store(
+    location: &Location,
+    options: &StoreOptions,
+    profile: Option<&StoreProfile>,
+) -> Result<Arc<dyn ObjectStore>> {
     use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
     let retry = RetryConfig {
         backoff: BackoffConfig {
@@ -102,26 +110,56 @@ pub fn build_store(location: &Location, options: &StoreOptions) -> Result<Arc<dy
             if let Some(secret) = &options.s3_secret_access_key {
                 b = b.with_secret_access_key(secret.expose());
             }
+            if let Some(p) = profile {
+                if let Some(region) = &p.config.region {
+                    b = b.with_region(region);
+                }
+                if let Some(endpoint) = &p.config.endpoint {
+                    b = b
+                        .with_endpoint(endpoint)
+                        .with_allow_http(endpoint.starts_with("http://"));
+                }
+                if let Some((id, secret, token)) = &p.s3_credentials {
+                    b = b
+                        .with_access_key_id(id.expose())
+                        .with_secret_access_key(secret.expose());
+                    if let Some(t) = token {
+                        b = b.with_token(t.expose());
+                    }
+                }
+                b = b
+                    .with_skip_signature(p.config.anonymous)
+                    .with_request_payer(p.config.request_payer);
+            }
             Arc::new(b.build().map_err(invalid)?)
         }
         Scheme::Azure => {
             use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
-            let b = MicrosoftAzureBuilder::from_env()
+            let mut b = MicrosoftAzureBuilder::from_env()
                 .with_container_name(&location.container)
                 .with_retry(retry)
                 .with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), &timeout)
                 .with_config(AzureConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
                 .with_http_connector(attempts::CountingConnector);
+            if let Some(p) = profile {
+                if let Some(key) = &p.azure_account_key {
+                    b = b.with_access_key(key.expose());
+                }
+                b = b.with_skip_signature(p.config.anonymous);
+            }
             Arc::new(b.build().map_err(invalid)?)
         }
         Scheme::Gcs => {
             use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
-            let b = GoogleCloudStorageBuilder::from_env()
+            let mut b = GoogleCloudStorageBuilder::from_env()
                 .with_bucket_name(&location.container)
                 .with_retry(retry)
                 .with_config(GoogleConfigKey::Client(ClientConfigKey::Timeout), &timeout)
                 .with_config(GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
                 .with_http_connector(attempts::CountingConnector);
+            if let Some(p) = profile {
+                b = b.with_skip_signature(p.config.anonymous);
+            }
             Arc::new(b.build().map_err(invalid)?)
         }
         Scheme::Http => {
@@ -142,7 +180,7 @@ pub fn build_store(location: &Location, options: &StoreOptions) -> Result<Arc<dy
 /// Opens `url` as a range reader with its own store.
 pub fn open_url(url: &str, options: &StoreOptions) -> Result<Arc<ObjectReader>> {
     let location = Location::parse(url)?;
-    let store = build_store(&location, options)?;
+    let store = build_store(&location, options, None)?;
     Ok(Arc::new(ObjectReader::new(store, location)))
 }
 

@@ -1,11 +1,12 @@
-//! One store per bucket/container/origin, shared by every object in it, and prefix listing.
+//! One store per bucket/container/origin, shared by every object in it (built with the
+//! profile a dataset set for it), and prefix listing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use object_store::ObjectStore;
 
-use super::{Location, ObjectReader, Scheme, StoreOptions, build_store};
+use super::{Location, ObjectReader, Scheme, StoreOptions, StoreRules, build_store};
 use crate::error::{Error, Result};
 
 /// Stores by container, built on first use.
@@ -13,6 +14,7 @@ use crate::error::{Error, Result};
 pub struct Stores {
     options: StoreOptions,
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    rules: StoreRules,
     stores: Mutex<HashMap<(Scheme, String), Arc<dyn ObjectStore>>>,
 }
 
@@ -22,8 +24,15 @@ impl Stores {
         Self {
             options,
             metrics: None,
+            rules: StoreRules::default(),
             stores: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Stores built from now on follow `rules` (the datasets' `[datasets.store]`).
+    pub fn with_rules(mut self, rules: StoreRules) -> Self {
+        self.rules = rules;
+        self
     }
 
     /// Readers made from now on record into `metrics`.
@@ -41,7 +50,7 @@ impl Stores {
         if let Some(s) = stores.get(&key) {
             return Ok(s.clone());
         }
-        let store = build_store(location, &self.options)?;
+        let store = build_store(location, &self.options, self.rules.profile(location).as_deref())?;
         stores.insert(key, store.clone());
         Ok(store)
     }

@@ -63,19 +63,21 @@ impl Drop for Proc {
 /// server counts as up only while the child lives and answers HTTP/1.1, and a lost port is
 /// retried on a new one.
 pub fn start_s3(root: &Path) -> (u16, Proc) {
+    start_s3_with(root, &["--access-key", S3_KEY, "--secret-key", S3_SECRET])
+}
+
+/// `s3s-fs` serving `root` without credentials: it takes unsigned requests.
+#[allow(dead_code)] // not every test binary uses it
+pub fn start_s3_anonymous(root: &Path) -> (u16, Proc) {
+    start_s3_with(root, &[])
+}
+
+fn start_s3_with(root: &Path, auth: &[&str]) -> (u16, Proc) {
     for _ in 0..5 {
         let port = free_port();
         let child = Command::new(need(tools().join("bin/s3s-fs")))
-            .args([
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--access-key",
-                S3_KEY,
-                "--secret-key",
-                S3_SECRET,
-            ])
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(auth)
             .arg(root)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
