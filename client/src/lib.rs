@@ -4,6 +4,7 @@
 //! Connections use large HTTP/2 frames and windows (the biggest throughput lever measured
 //! for multi-megabyte batches) and accept messages up to 1 GiB.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -311,6 +312,31 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
+/// Header carrying a client's data wait since its previous stream open (seconds), which
+/// the daemon adds to `cogfeed_client_data_wait_seconds_total` of the stream's job.
+pub const DATA_WAIT_HEADER: &str = "cogfeed-data-wait-seconds";
+
+/// Time a client's consumers spent waiting for batches, and the part already reported.
+#[derive(Debug, Default)]
+struct DataWait {
+    total_micros: std::sync::atomic::AtomicU64,
+    sent_micros: std::sync::atomic::AtomicU64,
+}
+
+impl DataWait {
+    fn add(&self, waited: Duration) {
+        self.total_micros
+            .fetch_add(waited.as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The wait not yet reported, marked as reported.
+    fn take_unsent(&self) -> Duration {
+        let total = self.total_micros.load(std::sync::atomic::Ordering::Relaxed);
+        let sent = self.sent_micros.swap(total, std::sync::atomic::Ordering::Relaxed);
+        Duration::from_micros(total.saturating_sub(sent))
+    }
+}
+
 /// A connection to one daemon.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -320,6 +346,8 @@ pub struct Client {
     /// Every replica it may use (one entry without a fleet).
     addrs: Vec<String>,
     options: ConnectOptions,
+    /// Shared by the client's clones and its resumable streams.
+    data_wait: Arc<DataWait>,
 }
 
 /// The replicas named by `spec`: a comma-separated list, or one DNS name whose addresses
@@ -473,6 +501,7 @@ impl Client {
             addr: addr.to_string(),
             addrs: vec![addr.to_string()],
             options,
+            data_wait: Arc::default(),
         })
     }
 
@@ -557,6 +586,7 @@ impl Client {
         F: Fn(&Retry<'_>) + Send + Sync + 'static,
     {
         struct State {
+            data_wait: Arc<DataWait>,
             addrs: Vec<String>,
             next: usize,
             options: ConnectOptions,
@@ -571,6 +601,7 @@ impl Client {
         // Rank r starts on replica r mod n and moves to the next one when its replica fails.
         let n = self.addrs.len().max(1);
         let state = State {
+            data_wait: self.data_wait.clone(),
             addrs: self.addrs.clone(),
             next: request.rank as usize % n,
             options: self.options.clone(),
@@ -583,6 +614,8 @@ impl Client {
             on_retry: Box::new(on_retry),
         };
         futures::stream::unfold(state, |mut st| async move {
+            // The consumer asked for the next batch now: until it comes, training waits.
+            let asked = std::time::Instant::now();
             let mut backoff = Duration::from_millis(100);
             let mut failing_since: Option<std::time::Instant> = None;
             loop {
@@ -593,6 +626,7 @@ impl Client {
                     let attempt = async {
                         let addr = st.addrs.get(st.next).cloned().unwrap_or_default();
                         let mut c = Client::connect_one(&addr, &st.options).await?;
+                        c.data_wait = st.data_wait.clone();
                         c.stream(st.request.clone()).await
                     };
                     match attempt.await {
@@ -640,6 +674,7 @@ impl Client {
                             // 0 would mean "the whole epoch" to the server: stop here instead.
                             st.done = st.request.max_batches == 0;
                         }
+                        st.data_wait.add(asked.elapsed());
                         return Some((Ok(b), st));
                     }
                     Some(Err(e)) if is_unavailable(&e) => {
@@ -659,12 +694,24 @@ impl Client {
         })
     }
 
+    /// Seconds this client's resumable streams kept their consumers waiting for a batch
+    /// (the training loop starved), as the Python `Loader.data_wait_seconds`. Each stream
+    /// open reports what accrued since the previous one to the daemon ([`DATA_WAIT_HEADER`]).
+    pub fn data_wait_seconds(&self) -> f64 {
+        self.data_wait.total_micros.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6
+    }
+
     /// Streams batches for `request`; resume by setting `request.cursor` to the cursor of
     /// the last batch received.
     pub async fn stream(
         &mut self,
         request: pb::StreamBatchesRequest,
     ) -> Result<impl futures::Stream<Item = Result<Batch, ClientError>> + use<>, ClientError> {
+        let mut request = tonic::Request::new(request);
+        let unsent = self.data_wait.take_unsent();
+        if let Ok(v) = format!("{:.6}", unsent.as_secs_f64()).parse() {
+            request.metadata_mut().insert(DATA_WAIT_HEADER, v);
+        }
         let stream = self.inner.stream_batches(request).await?.into_inner();
         Ok(stream.map(|item| item.map_err(ClientError::from).and_then(Batch::try_from)))
     }

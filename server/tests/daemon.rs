@@ -719,3 +719,34 @@ async fn a_resume_on_a_changed_dataset_is_refused_naming_both_versions() {
     resume.cursor = 0;
     assert!(!collect(&changed.addr, resume).await.is_empty());
 }
+
+/// The Rust client measures how long its consumer waited for each batch and reports it
+/// at the next stream open, as the Python loader does, so the dashboard's trainer-side
+/// panel has data whichever client trains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_reports_its_data_wait_at_each_stream_open() {
+    let d = demo().await;
+    let client = Client::connect(&d.addr).await.unwrap();
+    let mut r = request(pb::Sampler::Random, 8);
+    r.job = "wait-job".into();
+    r.max_batches = 4;
+    let first: Vec<_> = client
+        .stream_resumable(r.clone(), Duration::from_secs(5))
+        .collect()
+        .await;
+    assert!(first.len() == 4 && first.iter().all(|b| b.is_ok()));
+    let waited = client.data_wait_seconds();
+    assert!(waited > 0.0, "a cold first batch is waited for");
+    let labels = "dataset=\"demo\",job=\"wait-job\"";
+    let metric_name = "cogfeed_client_data_wait_seconds_total";
+    assert_eq!(
+        metric(&d.app, metric_name, labels),
+        0.0,
+        "nothing to report at the first open"
+    );
+    let second: Vec<_> = client.stream_resumable(r, Duration::from_secs(5)).collect().await;
+    assert_eq!(second.len(), 4);
+    let reported = metric(&d.app, metric_name, labels);
+    assert!((reported - waited).abs() < 1e-5, "reported {reported}, waited {waited}");
+    assert!(client.data_wait_seconds() >= waited);
+}
