@@ -498,6 +498,7 @@ mod tests {
                 has_label: false,
                 geotransform: vec![100.0, 2.0, 0.0, 200.0, 0.0, -2.0],
                 crs: "EPSG:32633".into(),
+                ..Default::default()
             }],
             ..Default::default()
         }

@@ -34,6 +34,19 @@ def test_batches_carry_named_layers_and_sample_metadata(daemon):
     assert all(np.array_equal(a["image"], b["image"]) for a, b in zip(batches, again))
 
 
+def test_describe_gives_each_items_grid_and_times(daemon):
+    """Map-space scenes are the drawable Items: name = Item id, the reference grid, and the
+    Item's datetime (a time index, what cogfeed.torchgeo builds its index from)."""
+    with cogfeed.Client(daemon.address) as c:
+        scenes = c.describe("demo-stac").scenes
+        streamed = next(iter(cogfeed.Loader(c, "demo-stac", patch_size=32, batch_size=4, max_batches=1, seed=2)))
+    by_id = {s.name: s for s in scenes}
+    for m in streamed.meta:
+        s = by_id[m.drawn]
+        assert s.datetime == m.datetime and s.crs == m.crs and len(s.geotransform) == 6
+        assert s.start_datetime == s.end_datetime == ""
+
+
 def test_layer_subset_and_resume(daemon):
     full = list(cogfeed.Loader(daemon.address, "demo-stac", patch_size=32, batch_size=2, samples_per_epoch=12,
                                layers=["swir"]))

@@ -100,6 +100,20 @@ fn sample(m: &SampleMeta) -> pb::SampleInfo {
     }
 }
 
+/// One of a map-space scene's drawn Item's times, RFC 3339 (empty: none, or a scene dataset).
+fn item_time(
+    ds: &Dataset,
+    scene: usize,
+    time: impl Fn(&cogfeed_stac::Item) -> Option<chrono::DateTime<chrono::Utc>>,
+) -> String {
+    ds.map
+        .as_ref()
+        .and_then(|m| m.drawn.get(scene).and_then(|&i| m.items.get(i)))
+        .and_then(time)
+        .map(|t| t.to_rfc3339())
+        .unwrap_or_default()
+}
+
 /// What `DescribeDataset` answers for `ds`.
 pub fn dataset_info(ds: &Dataset) -> pb::DatasetInfo {
     let scenes = ds
@@ -153,6 +167,9 @@ pub fn dataset_info(ds: &Dataset) -> pb::DatasetInfo {
                     .map(|e| format!("EPSG:{e}"))
                     .unwrap_or_default(),
             },
+            datetime: item_time(ds, s.index, |i| i.datetime),
+            start_datetime: item_time(ds, s.index, |i| i.start),
+            end_datetime: item_time(ds, s.index, |i| i.end),
         })
         .collect();
     let layers = ds

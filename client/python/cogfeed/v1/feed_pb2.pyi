@@ -73,20 +73,26 @@ class Level(_message.Message):
     def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., block_width: _Optional[int] = ..., block_height: _Optional[int] = ...) -> None: ...
 
 class SceneInfo(_message.Message):
-    __slots__ = ("index", "name", "levels", "has_label", "geotransform", "crs")
+    __slots__ = ("index", "name", "levels", "has_label", "geotransform", "crs", "datetime", "start_datetime", "end_datetime")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     LEVELS_FIELD_NUMBER: _ClassVar[int]
     HAS_LABEL_FIELD_NUMBER: _ClassVar[int]
     GEOTRANSFORM_FIELD_NUMBER: _ClassVar[int]
     CRS_FIELD_NUMBER: _ClassVar[int]
+    DATETIME_FIELD_NUMBER: _ClassVar[int]
+    START_DATETIME_FIELD_NUMBER: _ClassVar[int]
+    END_DATETIME_FIELD_NUMBER: _ClassVar[int]
     index: int
     name: str
     levels: _containers.RepeatedCompositeFieldContainer[Level]
     has_label: bool
     geotransform: _containers.RepeatedScalarFieldContainer[float]
     crs: str
-    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., levels: _Optional[_Iterable[_Union[Level, _Mapping]]] = ..., has_label: _Optional[bool] = ..., geotransform: _Optional[_Iterable[float]] = ..., crs: _Optional[str] = ...) -> None: ...
+    datetime: str
+    start_datetime: str
+    end_datetime: str
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., levels: _Optional[_Iterable[_Union[Level, _Mapping]]] = ..., has_label: _Optional[bool] = ..., geotransform: _Optional[_Iterable[float]] = ..., crs: _Optional[str] = ..., datetime: _Optional[str] = ..., start_datetime: _Optional[str] = ..., end_datetime: _Optional[str] = ...) -> None: ...
 
 class DatasetInfo(_message.Message):
     __slots__ = ("name", "version", "bands", "dtype", "labels", "label_dtype", "fill", "mean", "std", "scenes", "layers", "crs", "balance", "balance_layer")
