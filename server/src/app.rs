@@ -95,6 +95,8 @@ impl App {
                 s3_endpoint: s.s3_endpoint.clone(),
                 s3_access_key_id: s.s3_access_key_id.clone(),
                 s3_secret_access_key: s.s3_secret_access_key.clone(),
+                max_requests_per_second: s.max_requests_per_second,
+                min_requests_per_second: s.min_requests_per_second,
             })
             .with_rules(crate::dataset::store_rules::store_rules(&config.datasets)?)
             .with_metrics(metrics.clone()),

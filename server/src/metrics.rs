@@ -38,6 +38,10 @@ pub struct Metrics {
     pub store_retries: IntCounterVec,
     pub store_seconds: HistogramVec,
     pub store_in_flight: IntGaugeVec,
+    /// Per store and bucket: the rate governor's request rate, throttle answers, waits.
+    pub store_rate_limit: prometheus::GaugeVec,
+    pub store_throttled: IntCounterVec,
+    pub store_rate_wait_seconds: prometheus::CounterVec,
     pub peer_requests: IntCounterVec,
     pub peer_bytes: IntCounterVec,
     pub peer_seconds: HistogramVec,
@@ -255,6 +259,36 @@ impl Metrics {
                 "Object-store requests in flight",
                 &["store"],
             ),
+            store_rate_limit: {
+                let m = prometheus::GaugeVec::new(
+                    Opts::new(
+                        "cogfeed_store_rate_limit_per_second",
+                        "The rate governor's request rate per store and bucket (AIMD on 503/429)",
+                    ),
+                    &["store", "bucket"],
+                )
+                .expect("valid metric");
+                r.register(Box::new(m.clone())).expect("unique metric");
+                m
+            },
+            store_throttled: counter_vec(
+                &r,
+                "cogfeed_store_throttled_total",
+                "Store answers that asked for less (503 SlowDown/ServerBusy, 429), per store and bucket",
+                &["store", "bucket"],
+            ),
+            store_rate_wait_seconds: {
+                let m = prometheus::CounterVec::new(
+                    Opts::new(
+                        "cogfeed_store_rate_wait_seconds_total",
+                        "Time store requests waited for the rate governor, per store and bucket",
+                    ),
+                    &["store", "bucket"],
+                )
+                .expect("valid metric");
+                r.register(Box::new(m.clone())).expect("unique metric");
+                m
+            },
             peer_requests: counter_vec(
                 &r,
                 "cogfeed_peer_requests_total",

@@ -279,6 +279,20 @@ pub struct StoreConfig {
     /// S3 secret (overrides `AWS_SECRET_ACCESS_KEY`; prefer the environment or a secret).
     #[serde(default)]
     pub s3_secret_access_key: Option<Secret>,
+    /// Each store's (bucket's) request-rate ceiling: the rate governor starts here and
+    /// backs off on 503/429 answers, down to `min_requests_per_second`.
+    #[serde(default = "default_max_rps")]
+    pub max_requests_per_second: f64,
+    #[serde(default = "default_min_rps")]
+    pub min_requests_per_second: f64,
+}
+
+fn default_max_rps() -> f64 {
+    3500.0
+}
+
+fn default_min_rps() -> f64 {
+    1.0
 }
 
 fn default_request_timeout() -> f64 {
@@ -305,6 +319,8 @@ impl Default for StoreConfig {
             s3_endpoint: None,
             s3_access_key_id: None,
             s3_secret_access_key: None,
+            max_requests_per_second: default_max_rps(),
+            min_requests_per_second: default_min_rps(),
         }
     }
 }
@@ -505,6 +521,12 @@ impl Config {
         let bad = |m: String| Err(Error::InvalidArgument(format!("config: {m}")));
         if self.cache.capacity_bytes < 1024 * 1024 {
             return bad("cache.capacity_bytes must be at least 1 MiB".into());
+        }
+        let (hi, lo) = (self.store.max_requests_per_second, self.store.min_requests_per_second);
+        if !(hi.is_finite() && lo.is_finite() && lo >= 0.1 && hi >= lo) {
+            return bad(format!(
+                "store.min_requests_per_second ({lo}) must be at least 0.1 and at most store.max_requests_per_second ({hi})"
+            ));
         }
         if self.limits.stream_queue_batches == 0 {
             return bad("limits.stream_queue_batches must be at least 1".into());

@@ -4,9 +4,14 @@
 //! on its own and reports only the final outcome. [`CountingConnector`] wraps its HTTP
 //! client and notes each attempt's outcome in a task-local log; [`observe`] collects that
 //! log around one logical request, so the caller can count retries and their causes.
+//! Each attempt first waits for the store's [`RateGovernor`] and tells it how it was
+//! answered.
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::sync::Arc;
+
+use super::rate::RateGovernor;
 
 use object_store::ClientOptions;
 use object_store::client::{
@@ -79,27 +84,40 @@ fn note(path: &str, outcome: Outcome) {
     });
 }
 
-/// The default reqwest connector, with every attempt noted.
+/// The default reqwest connector, with every attempt noted (and paced by `governor`).
 #[derive(Debug, Default)]
-pub struct CountingConnector;
+pub struct CountingConnector {
+    /// The store's governor (None: unpaced).
+    pub governor: Option<Arc<RateGovernor>>,
+}
 
 impl HttpConnector for CountingConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
         let inner = ReqwestConnector::default().connect(options)?;
-        Ok(HttpClient::new(Counting { inner }))
+        Ok(HttpClient::new(Counting {
+            inner,
+            governor: self.governor.clone(),
+        }))
     }
 }
 
 #[derive(Debug)]
 struct Counting {
     inner: HttpClient,
+    governor: Option<Arc<RateGovernor>>,
 }
 
 #[async_trait::async_trait]
 impl HttpService for Counting {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let path = req.uri().path().to_string();
+        if let Some(g) = &self.governor {
+            g.admit().await;
+        }
         let result = self.inner.execute(req).await;
+        if let Some(g) = &self.governor {
+            g.answered(matches!(&result, Ok(r) if matches!(r.status().as_u16(), 503 | 429)));
+        }
         note(
             &path,
             match &result {

@@ -9,6 +9,7 @@
 
 pub mod attempts;
 pub mod profile;
+pub mod rate;
 pub mod registry;
 pub mod url;
 
@@ -26,6 +27,9 @@ use cogfeed_tiff::{Prefix, RangeReader, ReadError};
 pub use profile::{StoreProfile, StoreRules};
 pub use registry::Stores;
 pub use url::{Location, Scheme};
+
+/// Default ceiling of a store's request rate: below S3's 5,500 GET/s per prefix.
+pub const DEFAULT_MAX_REQUESTS_PER_SECOND: f64 = 3500.0;
 
 /// Timeouts and retries applied to every store.
 #[derive(Debug, Clone)]
@@ -46,6 +50,9 @@ pub struct StoreOptions {
     pub s3_endpoint: Option<String>,
     pub s3_access_key_id: Option<String>,
     pub s3_secret_access_key: Option<crate::config::Secret>,
+    /// Each store's request rate: the governor's ceiling (where it starts) and floor.
+    pub max_requests_per_second: f64,
+    pub min_requests_per_second: f64,
 }
 
 impl Default for StoreOptions {
@@ -59,6 +66,8 @@ impl Default for StoreOptions {
             s3_endpoint: None,
             s3_access_key_id: None,
             s3_secret_access_key: None,
+            max_requests_per_second: DEFAULT_MAX_REQUESTS_PER_SECOND,
+            min_requests_per_second: 1.0,
         }
     }
 }
@@ -69,7 +78,11 @@ pub fn build_store(
     location: &Location,
     options: &StoreOptions,
     profile: Option<&StoreProfile>,
+    governor: Option<Arc<rate::RateGovernor>>,
 ) -> Result<Arc<dyn ObjectStore>> {
+    let connector = || attempts::CountingConnector {
+        governor: governor.clone(),
+    };
     use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
     let retry = RetryConfig {
         backoff: BackoffConfig {
@@ -95,7 +108,7 @@ pub fn build_store(
                 .with_retry(retry)
                 .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), &timeout)
                 .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
-                .with_http_connector(attempts::CountingConnector);
+                .with_http_connector(connector());
             if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
                 b = b.with_region("us-east-1");
             }
@@ -140,7 +153,7 @@ pub fn build_store(
                 .with_retry(retry)
                 .with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), &timeout)
                 .with_config(AzureConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
-                .with_http_connector(attempts::CountingConnector);
+                .with_http_connector(connector());
             if let Some(p) = profile {
                 if let Some(key) = &p.azure_account_key {
                     b = b.with_access_key(key.expose());
@@ -156,7 +169,7 @@ pub fn build_store(
                 .with_retry(retry)
                 .with_config(GoogleConfigKey::Client(ClientConfigKey::Timeout), &timeout)
                 .with_config(GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
-                .with_http_connector(attempts::CountingConnector);
+                .with_http_connector(connector());
             if let Some(p) = profile {
                 b = b.with_skip_signature(p.config.anonymous);
             }
@@ -170,7 +183,7 @@ pub fn build_store(
                 .with_config(ClientConfigKey::Timeout, &timeout)
                 .with_config(ClientConfigKey::ConnectTimeout, &connect)
                 .with_config(ClientConfigKey::AllowHttp, "true")
-                .with_http_connector(attempts::CountingConnector);
+                .with_http_connector(connector());
             Arc::new(b.build().map_err(invalid)?)
         }
     };
@@ -180,7 +193,7 @@ pub fn build_store(
 /// Opens `url` as a range reader with its own store.
 pub fn open_url(url: &str, options: &StoreOptions) -> Result<Arc<ObjectReader>> {
     let location = Location::parse(url)?;
-    let store = build_store(&location, options, None)?;
+    let store = build_store(&location, options, None, None)?;
     Ok(Arc::new(ObjectReader::new(store, location)))
 }
 

@@ -50,7 +50,27 @@ impl Stores {
         if let Some(s) = stores.get(&key) {
             return Ok(s.clone());
         }
-        let store = build_store(location, &self.options, self.rules.profile(location).as_deref())?;
+        let governor = (location.scheme != Scheme::Local).then(|| {
+            let metrics = self.metrics.as_ref().map(|m| {
+                let labels = [location.scheme.name(), location.container.as_str()];
+                super::rate::RateMetrics {
+                    rate: m.store_rate_limit.with_label_values(&labels),
+                    throttled: m.store_throttled.with_label_values(&labels),
+                    waited: m.store_rate_wait_seconds.with_label_values(&labels),
+                }
+            });
+            Arc::new(super::rate::RateGovernor::new(
+                self.options.max_requests_per_second,
+                self.options.min_requests_per_second,
+                metrics,
+            ))
+        });
+        let store = build_store(
+            location,
+            &self.options,
+            self.rules.profile(location).as_deref(),
+            governor,
+        )?;
         stores.insert(key, store.clone());
         Ok(store)
     }
