@@ -61,6 +61,8 @@ pub struct Metrics {
     pub samples_skipped: IntCounterVec,
     pub rejected_draws: IntCounterVec,
     pub balanced_class_pixels: IntCounterVec,
+    /// Items whose `earthsearch:boa_offset_applied` contradicts their baseline.
+    pub harmonize_disagreements: IntCounterVec,
     pub streams_stalled: IntCounterVec,
     pub client_data_wait_seconds: prometheus::CounterVec,
     pub memory_budget_bytes: IntGauge,
@@ -150,6 +152,12 @@ impl Metrics {
                 "cogfeed_balanced_class_pixels_total",
                 "Class-layer pixels delivered by balanced streams, by dataset and class (of [datasets.balance]): the achieved proportions, beside DescribeDataset's targets",
                 &["dataset", "class"],
+            ),
+            harmonize_disagreements: counter_vec(
+                &r,
+                "cogfeed_harmonize_disagreements_total",
+                "Items of a dataset with a harmonised layer whose earthsearch:boa_offset_applied is true on a Sentinel-2 processing baseline before 04.00 (the baseline wins), counted once per Item when the dataset first streams",
+                &["dataset"],
             ),
             streams_stalled: counter_vec(
                 &r,

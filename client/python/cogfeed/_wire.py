@@ -51,6 +51,9 @@ class SampleMeta(NamedTuple):
     point_id: str = ""  # the points sampler: the point's id
     targets: Dict[str, float] = {}  # the points sampler: the point's numeric attributes
     dataset: str = ""  # mixtures: the dataset the sample came from
+    #: layers with `harmonize` (Sentinel-2 L2A): {layer: (what was added to each step's valid
+    #: pixels: -1000, 0 or +1000, oldest first; one step for a layer without time)}
+    harmonized_offset: Dict[str, Tuple[int, ...]] = {}
 
 
 def window_row(w):
@@ -159,7 +162,8 @@ def decode_batch(raw):
             meta["samples"].append(SampleMeta(
                 tuple(m.items), m.datetime or None, m.crs, tuple(m.bounds), m.resolution, m.padded, m.drawn,
                 m.valid_fraction if m.HasField("valid_fraction") else None, m.split,
-                {d.layer: tuple(d.dates) for d in m.datetimes}, m.point_id, dict(m.targets), m.dataset))
+                {d.layer: tuple(d.dates) for d in m.datetimes}, m.point_id, dict(m.targets), m.dataset,
+                {o.layer: tuple(o.offsets) for o in m.harmonized_offset}))
         elif field == 12:
             name, tensor = _named_tensor(raw, view, value[0], value[0] + value[1])
             meta["time_masks"][name] = tensor

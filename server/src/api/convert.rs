@@ -97,6 +97,14 @@ fn sample(m: &SampleMeta) -> pb::SampleInfo {
         point_id: m.point_id.clone().unwrap_or_default(),
         targets: m.targets.iter().cloned().collect(),
         dataset: m.dataset.clone().unwrap_or_default(),
+        harmonized_offset: m
+            .harmonized
+            .iter()
+            .map(|(layer, offsets)| pb::LayerOffsets {
+                layer: layer.clone(),
+                offsets: offsets.clone(),
+            })
+            .collect(),
     }
 }
 

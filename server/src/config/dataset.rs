@@ -202,6 +202,11 @@ pub struct LayerConfig {
     /// `season`: `["MM-DD", "MM-DD"]`, both days included (may wrap the new year).
     #[serde(default)]
     pub season: Option<[String; 2]>,
+    /// Sentinel-2 L2A harmonisation per Item (its processing baseline): `s2-l2a` puts every
+    /// date on the pre-04.00 scale (subtract BOA_ADD_OFFSET where applied), `s2-l2a-new`
+    /// on the 04.00 scale (add it where not). Absent: values as the Items hold them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harmonize: Option<String>,
 }
 
 /// `[datasets.sampling]`: which drawn samples are kept (STAC datasets, random and aligned

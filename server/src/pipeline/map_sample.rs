@@ -102,6 +102,14 @@ pub(super) async fn load_map_sample(
                 .unwrap_or_default(),
             ..meta
         };
+        if let Some(m) = &job.metrics {
+            let n = map.take_disagreements();
+            if n > 0 {
+                m.harmonize_disagreements
+                    .with_label_values(&[job.dataset.name.as_str()])
+                    .inc_by(n);
+            }
+        }
         if let Some(m) = &job.metrics
             && attempt > 0
         {

@@ -277,7 +277,7 @@ class NamedTensor(_message.Message):
     def __init__(self, name: _Optional[str] = ..., tensor: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class SampleInfo(_message.Message):
-    __slots__ = ("items", "datetime", "crs", "bounds", "resolution", "padded", "drawn", "valid_fraction", "split", "datetimes", "point_id", "targets", "dataset")
+    __slots__ = ("items", "datetime", "crs", "bounds", "resolution", "padded", "drawn", "valid_fraction", "split", "datetimes", "point_id", "targets", "dataset", "harmonized_offset")
     class TargetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -298,6 +298,7 @@ class SampleInfo(_message.Message):
     POINT_ID_FIELD_NUMBER: _ClassVar[int]
     TARGETS_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
+    HARMONIZED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedScalarFieldContainer[str]
     datetime: str
     crs: str
@@ -311,7 +312,8 @@ class SampleInfo(_message.Message):
     point_id: str
     targets: _containers.ScalarMap[str, float]
     dataset: str
-    def __init__(self, items: _Optional[_Iterable[str]] = ..., datetime: _Optional[str] = ..., crs: _Optional[str] = ..., bounds: _Optional[_Iterable[float]] = ..., resolution: _Optional[float] = ..., padded: _Optional[bool] = ..., drawn: _Optional[str] = ..., valid_fraction: _Optional[float] = ..., split: _Optional[str] = ..., datetimes: _Optional[_Iterable[_Union[LayerDates, _Mapping]]] = ..., point_id: _Optional[str] = ..., targets: _Optional[_Mapping[str, float]] = ..., dataset: _Optional[str] = ...) -> None: ...
+    harmonized_offset: _containers.RepeatedCompositeFieldContainer[LayerOffsets]
+    def __init__(self, items: _Optional[_Iterable[str]] = ..., datetime: _Optional[str] = ..., crs: _Optional[str] = ..., bounds: _Optional[_Iterable[float]] = ..., resolution: _Optional[float] = ..., padded: _Optional[bool] = ..., drawn: _Optional[str] = ..., valid_fraction: _Optional[float] = ..., split: _Optional[str] = ..., datetimes: _Optional[_Iterable[_Union[LayerDates, _Mapping]]] = ..., point_id: _Optional[str] = ..., targets: _Optional[_Mapping[str, float]] = ..., dataset: _Optional[str] = ..., harmonized_offset: _Optional[_Iterable[_Union[LayerOffsets, _Mapping]]] = ...) -> None: ...
 
 class LayerDates(_message.Message):
     __slots__ = ("layer", "dates")
@@ -320,6 +322,14 @@ class LayerDates(_message.Message):
     layer: str
     dates: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, layer: _Optional[str] = ..., dates: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class LayerOffsets(_message.Message):
+    __slots__ = ("layer", "offsets")
+    LAYER_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    layer: str
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, layer: _Optional[str] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SkippedSample(_message.Message):
     __slots__ = ("sample", "window", "reason")

@@ -71,6 +71,10 @@ impl MapSpace {
                 filter_keys.extend(f.property_keys().map(str::to_string));
             }
         }
+        // Harmonised layers read the baseline and the provider's flag.
+        if c.layers.iter().any(|l| l.harmonize.is_some()) {
+            filter_keys.extend(super::harmonize::PROPERTY_KEYS.map(str::to_string));
+        }
         let mut items = read_items(stores, url, &rewrite, KeepProperties::Named(&filter_keys)).await?;
         let found = items.len();
         tracing::info!(dataset = %c.name, items = found, seconds = started.elapsed().as_secs_f64(), "items read");
@@ -337,6 +341,9 @@ impl MapSpace {
             if l.filter.is_some() || l.time.is_some() {
                 hasher.update(format!("layer-more\t{:?}\t{:?}\n", l.filter, l.time));
             }
+            if let Some(h) = l.harmonize {
+                hasher.update(format!("layer-harmonize\t{h:?}\n"));
+            }
         }
         if c.sampling.is_some() || c.split.is_some() {
             hasher.update(format!("sampling\t{:?}\t{:?}\n", c.sampling, c.split));
@@ -509,6 +516,18 @@ impl MapSpace {
             })
             .transpose()
             .map_err(bad)?;
+        // Flags that contradict the baseline: logged once per Item, counted on first use.
+        let mut disagreements = 0u64;
+        if layers.iter().any(|l| l.harmonize.is_some()) {
+            for it in items.iter().filter(|it| super::harmonize::item_scale(it).disagrees) {
+                tracing::warn!(
+                    dataset = %c.name,
+                    item = %it.id,
+                    "earthsearch:boa_offset_applied is true on a processing baseline before 04.00: the baseline wins (no offset)"
+                );
+                disagreements += 1;
+            }
+        }
         let mut map = Self {
             layers,
             index: cogfeed_stac::BboxIndex::new(&bboxes, 1.0),
@@ -527,6 +546,7 @@ impl MapSpace {
             points,
             point_centres: Arc::new(point_centres),
             balance: None,
+            disagreements: std::sync::atomic::AtomicU64::new(disagreements),
         };
         if let Some(rule) = rule {
             let index = map.class_index(&rule, &c.name, &version, index_dir).await?;
@@ -601,7 +621,7 @@ impl MapSpace {
                 y1,
             ];
             let fp = Footprint::new(g.crs.clone(), bounds, res0 * cell as f64 / s as f64)?;
-            let (bytes, _, _) = self.layer_bytes(&tiles, self.drawn_of(scene), &layer, &fp).await?;
+            let (bytes, ..) = self.layer_bytes(&tiles, self.drawn_of(scene), &layer, &fp).await?;
             let plane = (fp.width() * fp.height()) as usize * layer.dtype.size();
             values.push(cogfeed_geo::warp::samples_to_f64(
                 layer.dtype,
@@ -673,6 +693,7 @@ pub(super) fn layer_specs(c: &DatasetConfig, facts: &[plan_index::LayerFacts]) -
                 nodata: l.nodata.unwrap_or(0.0),
                 filter,
                 time,
+                harmonize: l.harmonize.as_deref().and_then(super::harmonize::Harmonize::parse),
             })
         })
         .collect()

@@ -32,6 +32,7 @@ mod build;
 pub mod confine;
 pub mod footprint;
 mod geometry;
+pub mod harmonize;
 mod items;
 pub mod mosaic;
 pub mod plan_index;
@@ -81,6 +82,8 @@ pub struct LayerSpec {
     pub filter: Option<ItemFilter>,
     /// The layer's time series (None: one mosaic).
     pub time: Option<time::TimeSpec>,
+    /// Sentinel-2 harmonisation (`harmonize`; None: values as the Items hold them).
+    pub harmonize: Option<harmonize::Harmonize>,
 }
 
 impl LayerSpec {
@@ -149,6 +152,9 @@ pub struct SampleMeta {
     pub split: Option<String>,
     /// Time layers: the day of each step, oldest first (None: a missing step).
     pub times: Vec<(String, Vec<Option<String>>)>,
+    /// Harmonised layers: what was added to each step's valid pixels (`-1000`, `0`,
+    /// `+1000`; one step for a layer without time; 0 for a missing step).
+    pub harmonized: Vec<(String, Vec<i32>)>,
     /// The points sampler: the point's index in the dataset's points, its id and its
     /// attributes.
     pub point: Option<usize>,
@@ -191,6 +197,10 @@ pub struct MapSpace {
     pub point_centres: Arc<Vec<(usize, Vec<crate::sampler::PointCentre>)>>,
     /// `[datasets.balance]`: the fitted class balance (the `balanced` sampler).
     pub balance: Option<balance::Balance>,
+    /// Items whose `earthsearch:boa_offset_applied` disagrees with their baseline (a
+    /// layer harmonises), not yet added to `cogfeed_harmonize_disagreements_total`: the
+    /// first sample streamed takes them ([`MapSpace::take_disagreements`]).
+    disagreements: std::sync::atomic::AtomicU64,
 }
 
 impl MapSpace {
@@ -210,6 +220,10 @@ impl MapSpace {
             // One "YYYY-MM-DD" per step, and the layer's name.
             bytes = bytes.saturating_add(l.steps() as u64 * 12 + l.name.len() as u64 + 8);
         }
+        for l in self.layers.iter().filter(|l| l.harmonize.is_some()) {
+            // One int32 varint (at most 10 bytes) per step, and the layer's name.
+            bytes = bytes.saturating_add(l.steps() as u64 * 10 + l.name.len() as u64 + 8);
+        }
         if let Some(p) = &self.points {
             let longest_point = p.ids.iter().map(String::len).max().unwrap_or(0) as u64;
             let names: u64 = p.names.iter().map(|n| n.len() as u64 + 12).sum();
@@ -221,6 +235,19 @@ impl MapSpace {
                 .saturating_add(p.names.len() as u64 * 8);
         }
         bytes
+    }
+
+    /// Items of disagreeing flags not yet counted (then 0): see `disagreements`.
+    pub fn take_disagreements(&self) -> u64 {
+        self.disagreements.swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What a harmonised `layer` adds to Item `index`'s valid pixels (0 without
+    /// `harmonize`).
+    fn shift(&self, layer: &LayerSpec, index: usize) -> i32 {
+        layer
+            .harmonize
+            .map_or(0, |h| h.shift(harmonize::item_scale(&self.items[index])))
     }
 
     /// `native`, or the fixed sample CRS.
@@ -358,7 +385,8 @@ impl MapSpace {
             // choosing the path.
             let mut planned = Vec::with_capacity(opened.len());
             for (src, &i) in opened.iter().zip(cands) {
-                let p = mosaic::plan_source(src, fp, layer.resampling)?;
+                let mut p = mosaic::plan_source(src, fp, layer.resampling)?;
+                p.shift = self.shift(layer, i);
                 if p.window.is_some() {
                     planned.push(p);
                     if !used.contains(&i) {
@@ -366,7 +394,9 @@ impl MapSpace {
                     }
                 }
             }
+            // A shifted source goes through the warp (the shift is applied to its values).
             if let [only] = planned.as_slice()
+                && only.shift == 0
                 && let Some(window) = aligned_window(only.source, fp, layer)
             {
                 // One source on the footprint's own grid: its pixels are the sample.
@@ -387,19 +417,22 @@ impl MapSpace {
         Ok((bytes, used))
     }
 
-    /// `layer` on `fp`: `[T, C, H, W]` bytes, the Items used and, for a time layer, the
-    /// day of each step.
+    /// `layer` on `fp`: `[T, C, H, W]` bytes, the Items used, for a time layer the day
+    /// of each step, and what harmonisation added to each step (the shift of the step's
+    /// first Item in priority order: each Item is shifted by its own).
     async fn layer_bytes(
         &self,
         tiles: &dyn TileSource,
         drawn: Drawn,
         layer: &LayerSpec,
         fp: &Footprint,
-    ) -> Result<(Vec<u8>, Vec<usize>, Option<Vec<Option<String>>>)> {
+    ) -> Result<LayerBytes> {
         let cands = self.candidates(drawn, layer, &fp.crs, fp.bounds);
+        let step_shift = |used: &[usize]| used.first().map_or(0, |&i| self.shift(layer, i));
         let Some(ts) = &layer.time else {
             let (bytes, used) = self.layer_mosaic(tiles, layer, fp, &cands).await?;
-            return Ok((bytes, used, None));
+            let shifts = vec![step_shift(&used)];
+            return Ok((bytes, used, None, shifts));
         };
         // The dates whose Items meet the footprint.
         let first = &layer.assets[0];
@@ -433,21 +466,23 @@ impl MapSpace {
         let (w, h) = (fp.width() as usize, fp.height() as usize);
         let mut bytes = Vec::with_capacity(ts.steps * layer.bands * w * h * layer.dtype.size());
         let mut used = Vec::new();
+        let mut shifts = Vec::with_capacity(steps.len());
         for step in steps {
             match step {
                 Some((b, u)) => {
                     bytes.extend_from_slice(&b);
+                    shifts.push(step_shift(&u));
                     used.extend(u);
                 }
-                None => bytes.extend_from_slice(&cogfeed_geo::warp::Mosaic::new(layer.bands, w, h).to_bytes(
-                    layer.dtype,
-                    layer.nodata,
-                    false,
-                )),
+                None => {
+                    let empty = cogfeed_geo::warp::Mosaic::new(layer.bands, w, h);
+                    bytes.extend_from_slice(&empty.to_bytes(layer.dtype, layer.nodata, false));
+                    shifts.push(0);
+                }
             }
         }
         let days = picked.iter().map(|d| d.map(|d| d.to_string())).collect();
-        Ok((bytes, used, Some(days)))
+        Ok((bytes, used, Some(days), shifts))
     }
 
     /// Assembles sample `window`: one little-endian tensor `[C, H_l, W_l]` (time layers
@@ -491,16 +526,20 @@ impl MapSpace {
         // Items sort in priority order, so their indices do too.
         let mut used = std::collections::BTreeSet::new();
         let mut times = Vec::new();
+        let mut harmonized = Vec::new();
         for (li, layer) in self.layers.iter().enumerate() {
             if !wanted.contains(&li) {
                 out.push(Vec::new());
                 continue;
             }
             let fp = Footprint::new(crs.clone(), bounds, layer.resolution * placed.scale)?;
-            let (bytes, u, days) = self.layer_bytes(tiles, placed.drawn, layer, &fp).await?;
+            let (bytes, u, days, shifts) = self.layer_bytes(tiles, placed.drawn, layer, &fp).await?;
             used.extend(u);
             if let Some(days) = days {
                 times.push((layer.name.clone(), days));
+            }
+            if layer.harmonize.is_some() {
+                harmonized.push((layer.name.clone(), shifts));
             }
             out.push(bytes);
         }
@@ -531,6 +570,7 @@ impl MapSpace {
                     .as_ref()
                     .and_then(|s| s.footprint_split(&crs, bounds).map(|i| s.names[i].clone())),
                 times,
+                harmonized,
                 point: None,
                 point_id: None,
                 targets: Vec::new(),
@@ -660,6 +700,10 @@ impl MapSpace {
             .collect()
     }
 }
+
+/// One layer's bytes `[T, C, H, W]`, the Items used, a time layer's day per step and what
+/// harmonisation added per step.
+type LayerBytes = (Vec<u8>, Vec<usize>, Option<Vec<Option<String>>>, Vec<i32>);
 
 /// `part` after `bytes`, without a copy when `bytes` is still empty (one-asset layers).
 fn append(bytes: &mut Vec<u8>, part: Vec<u8>) {

@@ -74,6 +74,15 @@ pub fn check(d: &DatasetConfig) -> Result<()> {
             cogfeed_stac::ItemFilter::from_table(f)
                 .map_err(|e| Error::InvalidArgument(format!("dataset {}: layer {}: filter: {e}", d.name, l.name)))?;
         }
+        if let Some(h) = &l.harmonize
+            && super::harmonize::Harmonize::parse(h).is_none()
+        {
+            return bad(format!(
+                "layer {}: harmonize {h:?} ({})",
+                l.name,
+                super::harmonize::Harmonize::NAMES
+            ));
+        }
         super::time::TimeSpec::from_layer(l)
             .map_err(|e| Error::InvalidArgument(format!("dataset {}: layer {}: {e}", d.name, l.name)))?;
     }

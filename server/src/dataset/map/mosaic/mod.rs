@@ -46,6 +46,9 @@ pub struct Planned<'a> {
     pub level: usize,
     pub grid: plan::LevelGrid,
     pub window: Option<plan::SourceWindow>,
+    /// Added to the source's valid pixels after the warp (Sentinel-2 harmonisation:
+    /// `harmonize::apply`); 0 by default.
+    pub shift: i32,
 }
 
 /// Plans `src` for `footprint`.
@@ -70,6 +73,7 @@ pub fn plan_source<'a>(src: &'a AssetSource, footprint: &Footprint, resampling: 
         level,
         grid,
         window: plan::source_window(&mapper, resampling),
+        shift: 0,
     })
 }
 
@@ -80,7 +84,7 @@ async fn warp_one(
     footprint: &Footprint,
     resampling: Resampling,
 ) -> Result<Option<Warped>> {
-    let (src, level, grid) = (planned.source, planned.level, planned.grid);
+    let (src, level, grid, shift) = (planned.source, planned.level, planned.grid, planned.shift);
     let Some(window) = planned.window else {
         return Ok(None);
     };
@@ -143,7 +147,9 @@ async fn warp_one(
             transformer: &transformer,
             level: grid,
         };
-        warp_source(&mapper, &window, &source, resampling)
+        let mut warped = warp_source(&mapper, &window, &source, resampling);
+        crate::dataset::map::harmonize::apply(&mut warped.values, &warped.valid, &src.nodata, shift);
+        warped
     };
     let warped = if small {
         work()
