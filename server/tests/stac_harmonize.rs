@@ -4,7 +4,8 @@
 //! `earthsearch:boa_offset_applied`): against the same dataset without it, every step
 //! whose Items carry BOA_ADD_OFFSET is 1000 lower (clamped), the others are unchanged,
 //! nodata stays nodata, `s2-l2a-new` adds instead, `SampleInfo.harmonized_offset` says
-//! what each step got, and a flag contradicting its baseline is counted once per Item.
+//! what each step got, a flag contradicting its baseline is counted once per Item, and a
+//! date mosaicking Items of both baselines shifts each Item's pixels by its own.
 
 #![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 
@@ -51,8 +52,13 @@ const BASELINES: [Baseline; 5] = [
     ("2024-07-07", &[], -1000, 0),
 ];
 
-/// Sets the baselines of `BASELINES` on the demo's Sentinel-2 Items.
-fn set_baselines(items: &Path) {
+/// The Item of tile 33TUM on 2024-05-28, given baseline 03.01 by `set_baselines(_, true)`:
+/// its date then mosaics Items of both baselines where the tiles overlap.
+const MIXED_OLD: &str = "S2B_33TUM_20240528_SERIES";
+
+/// Sets the baselines of `BASELINES` on the demo's Sentinel-2 Items (with `mixed`,
+/// `MIXED_OLD` gets 03.01).
+fn set_baselines(items: &Path, mixed: bool) {
     let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(items).unwrap()).unwrap();
     let mut set = 0;
     for f in doc["features"].as_array_mut().unwrap() {
@@ -70,6 +76,9 @@ fn set_baselines(items: &Path) {
             };
             p.insert((*k).to_string(), value);
         }
+        if mixed && f["id"] == MIXED_OLD {
+            f["properties"]["s2:processing_baseline"] = "03.01".into();
+        }
         set += 1;
     }
     assert_eq!(set, 10, "two tiles of five dates");
@@ -78,7 +87,7 @@ fn set_baselines(items: &Path) {
 
 fn config(dir: &Path) -> Config {
     let items = cogfeed_server::demo::series::write_series_demo(&dir.join("series")).unwrap();
-    set_baselines(&items);
+    set_baselines(&items, false);
     let mut c = Config::demo(dir);
     let plain = Config::demo_series(&items);
     let harmonized = |name: &str, how: &str| {
@@ -114,6 +123,10 @@ async fn start(config: Config) -> (String, App, tokio::sync::oneshot::Sender<()>
 }
 
 async fn collect(addr: &str, dataset: &str) -> Vec<Batch> {
+    collect_n(addr, dataset, 24).await
+}
+
+async fn collect_n(addr: &str, dataset: &str, n: u64) -> Vec<Batch> {
     let r = pb::StreamBatchesRequest {
         dataset: dataset.into(),
         job: "harmonize-test".into(),
@@ -122,7 +135,7 @@ async fn collect(addr: &str, dataset: &str) -> Vec<Batch> {
         batch_size: 8,
         seed: 5,
         world_size: 1,
-        samples_per_epoch: 24,
+        samples_per_epoch: n,
         layers: vec!["s2".into()],
         ..Default::default()
     };
@@ -246,4 +259,90 @@ async fn an_unknown_harmonize_is_refused_at_start_up() {
         .to_string();
     assert!(e.contains("harmonize \"landsat\"") && e.contains("s2-l2a-new"), "{e}");
     assert!(App::build(c).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mosaic_of_both_baselines_shifts_each_item_by_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let items = cogfeed_server::demo::series::write_series_demo(&tmp.path().join("series")).unwrap();
+    set_baselines(&items, true);
+    let mut c = Config::demo(tmp.path());
+    let mut d = Config::demo_series(&items);
+    d.name = "old-scale".into();
+    d.layers[0].harmonize = Some("s2-l2a".into());
+    c.datasets = vec![d];
+    let (addr, _app, _stop) = start(c).await;
+    let items = items.to_string_lossy().into_owned();
+    let (mut mixed, mut shifted, mut kept) = (0usize, 0usize, 0usize);
+    for (m, values) in by_place(&collect_n(&addr, "old-scale", 48).await).into_values() {
+        let days = &m.datetimes.iter().find(|d| d.layer == "s2").unwrap().dates;
+        let Some(t) = days.iter().position(|d| d == "2024-05-28") else {
+            continue;
+        };
+        // The step's Items in priority order: one of baseline 05.10, one of 03.01.
+        let ids: Vec<&String> = m
+            .items
+            .iter()
+            .filter(|id| id.starts_with("S2B") && id.contains("20240528"))
+            .collect();
+        if ids.len() < 2 {
+            continue;
+        }
+        mixed += 1;
+        // Each Item alone, unharmonised (`cogfeed warp`), then the mosaic by hand: the
+        // first Item with data wins the pixel, shifted by its own baseline.
+        let mut alone = Vec::new();
+        for id in &ids {
+            let w = cogfeed_server::dataset::map::mosaic::command::warp(
+                &cogfeed_server::dataset::map::mosaic::command::WarpRequest {
+                    items: items.clone(),
+                    ids: vec![(*id).clone()],
+                    assets: ["B02", "B03", "B04", "B08"].iter().map(|s| s.to_string()).collect(),
+                    crs: m.crs.clone(),
+                    bounds: [m.bounds[0], m.bounds[1], m.bounds[2], m.bounds[3]],
+                    resolution: 10.0,
+                    resampling: "bilinear".into(),
+                    nodata: 0.0,
+                },
+                &cogfeed_server::storage::StoreOptions::default(),
+            )
+            .await
+            .unwrap();
+            let v: Vec<u16> = w
+                .data
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect();
+            alone.push((id.as_str() != MIXED_OLD, v));
+        }
+        let step_len = values.len() / 3;
+        let step = &values[t * step_len..(t + 1) * step_len];
+        // A pixel with data in some band of an Item is that Item's (band-major planes).
+        let plane = step_len / 4;
+        for p in 0..plane {
+            let winner = alone.iter().find(|(_, v)| (0..4).any(|b| v[b * plane + p] != 0));
+            for b in 0..4 {
+                let i = b * plane + p;
+                let expected = match winner {
+                    None => 0,
+                    Some((true, v)) => {
+                        shifted += 1;
+                        if v[i] == 0 { 0 } else { v[i].max(1001) - 1000 }
+                    }
+                    Some((false, v)) => {
+                        kept += 1;
+                        v[i]
+                    }
+                };
+                assert_eq!(step[i], expected, "{} step {t} pixel {p} band {b}", m.drawn);
+            }
+        }
+        // The step reports its first Item's shift in priority order.
+        let first_new = ids[0].as_str() != MIXED_OLD;
+        assert_eq!(offsets(&m, "s2")[t], if first_new { -1000 } else { 0 });
+    }
+    assert!(
+        mixed > 0 && shifted > 0 && kept > 0,
+        "{mixed} mixed steps, {shifted} shifted, {kept} kept"
+    );
 }
