@@ -233,9 +233,9 @@ async fn conflicting_or_unset_store_settings_stop_the_start() {
     assert!(e.contains("COGFEED_TEST_UNSET_KEY_ID") && e.contains("not set"), "{e}");
 }
 
-/// The examples of "Reading public archives" (docs), pointed at real Earth Search and
-/// USGS Landsat Items: they parse and validate, and every asset href, rewritten, lands on
-/// a store with the page's settings. No network.
+/// The examples of "Reading public archives" (docs), pointed at real Earth Search, USGS
+/// Landsat and Planetary Computer Items: they parse and validate, and every asset href,
+/// rewritten, lands on a store with the page's settings. No network.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_public_archive_examples_put_every_asset_on_its_configured_store() {
     use cogfeed_server::storage::Location;
@@ -246,7 +246,7 @@ async fn the_public_archive_examples_put_every_asset_on_its_configured_store() {
         .skip(1)
         .map(|b| b.split("```").next().unwrap())
         .collect();
-    assert_eq!(blocks.len(), 2, "the page's examples");
+    assert_eq!(blocks.len(), 3, "the page's examples");
     let fixtures = root.join("tests/fixtures/stac");
     let items = [
         (
@@ -258,6 +258,11 @@ async fn the_public_archive_examples_put_every_asset_on_its_configured_store() {
             "landsat-c2l2-sr",
             "landsat-c2l2-sr__LC08_L2SP_028030_20200114_20200824_02_T1_SR.json",
             "s3://usgs-landsat/",
+        ),
+        (
+            "s2-planetary-computer",
+            "sentinel-2-l2a__S2B_MSIL2A_20240825T173909_R098_T13TDE_20240825T215747.json",
+            "az://sentinel2-l2/",
         ),
     ];
     for (block, (name, item, bucket)) in blocks.iter().zip(items) {

@@ -125,6 +125,9 @@ pub enum Sign {
     /// The store's own credentials (environment, or the `*_env` variables named here).
     #[default]
     None,
+    /// Planetary Computer: short-lived SAS tokens from its token API (`sas_api`), one per
+    /// account and container, refreshed before they expire (Azure).
+    PlanetaryComputer,
 }
 
 /// `[datasets.store]`: how the dataset's objects are requested — its document and every
@@ -146,8 +149,8 @@ pub struct DatasetStoreConfig {
     /// S3 region of the dataset's buckets (default: `AWS_REGION`, else us-east-1).
     #[serde(default)]
     pub region: Option<String>,
-    /// S3-compatible endpoint of the dataset's buckets (default: `[store] s3_endpoint`,
-    /// else `AWS_ENDPOINT`, else AWS).
+    /// Endpoint of the dataset's buckets or containers: S3-compatible (default: `[store]
+    /// s3_endpoint`, else `AWS_ENDPOINT`, else AWS) or Azure Blob (default: the account's).
     #[serde(default)]
     pub endpoint: Option<String>,
     /// Environment variable holding the S3 access key id.
@@ -162,7 +165,21 @@ pub struct DatasetStoreConfig {
     /// Environment variable holding an Azure storage account key.
     #[serde(default)]
     pub azure_account_key_env: Option<String>,
+    /// Azure storage account of the dataset's containers (default: `AZURE_STORAGE_ACCOUNT_NAME`),
+    /// e.g. `sentinel2l2a01` for Planetary Computer's Sentinel-2 L2A.
+    #[serde(default)]
+    pub account: Option<String>,
+    /// `sign = "planetary-computer"`: the token API (default: Planetary Computer's own).
+    #[serde(default)]
+    pub sas_api: Option<String>,
+    /// `sign = "planetary-computer"`: environment variable holding a subscription key
+    /// (sent as `Ocp-Apim-Subscription-Key`; optional).
+    #[serde(default)]
+    pub subscription_key_env: Option<String>,
 }
+
+/// Planetary Computer's token API.
+pub const PLANETARY_COMPUTER_SAS_API: &str = "https://planetarycomputer.microsoft.com/api/sas/v1";
 
 /// `[[datasets.layers]]`: one named output of a STAC dataset.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

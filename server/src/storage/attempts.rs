@@ -89,6 +89,8 @@ fn note(path: &str, outcome: Outcome) {
 pub struct CountingConnector {
     /// The store's governor (None: unpaced).
     pub governor: Option<Arc<RateGovernor>>,
+    /// Told of every 403 (its SAS token is then refreshed before the next request).
+    pub on_denied: Option<Arc<super::pc_sign::PcSigner>>,
 }
 
 impl HttpConnector for CountingConnector {
@@ -97,6 +99,7 @@ impl HttpConnector for CountingConnector {
         Ok(HttpClient::new(Counting {
             inner,
             governor: self.governor.clone(),
+            on_denied: self.on_denied.clone(),
         }))
     }
 }
@@ -105,6 +108,7 @@ impl HttpConnector for CountingConnector {
 struct Counting {
     inner: HttpClient,
     governor: Option<Arc<RateGovernor>>,
+    on_denied: Option<Arc<super::pc_sign::PcSigner>>,
 }
 
 #[async_trait::async_trait]
@@ -117,6 +121,11 @@ impl HttpService for Counting {
         let result = self.inner.execute(req).await;
         if let Some(g) = &self.governor {
             g.answered(matches!(&result, Ok(r) if matches!(r.status().as_u16(), 503 | 429)));
+        }
+        if let (Some(s), Ok(r)) = (&self.on_denied, &result)
+            && r.status().as_u16() == 403
+        {
+            s.invalidate();
         }
         note(
             &path,

@@ -8,6 +8,7 @@
 //! per-request timeout. No credential is ever part of an error message.
 
 pub mod attempts;
+pub mod pc_sign;
 pub mod profile;
 pub mod rate;
 pub mod registry;
@@ -80,8 +81,36 @@ pub fn build_store(
     profile: Option<&StoreProfile>,
     governor: Option<Arc<rate::RateGovernor>>,
 ) -> Result<Arc<dyn ObjectStore>> {
+    // Planetary Computer: the container's SAS tokens, refreshed; a refusal (403) marks the
+    // cached one stale.
+    let signer = match profile {
+        Some(p) if location.scheme == Scheme::Azure && p.config.sign == crate::config::Sign::PlanetaryComputer => {
+            let account = p
+                .config
+                .account
+                .clone()
+                .or_else(|| std::env::var("AZURE_STORAGE_ACCOUNT_NAME").ok())
+                .ok_or_else(|| crate::Error::InvalidUrl {
+                    url: location.url.clone(),
+                    reason:
+                        "sign = \"planetary-computer\" needs [datasets.store] account (or AZURE_STORAGE_ACCOUNT_NAME)"
+                            .into(),
+                })?;
+            Some(Arc::new(pc_sign::PcSigner::new(
+                p.config
+                    .sas_api
+                    .as_deref()
+                    .unwrap_or(crate::config::PLANETARY_COMPUTER_SAS_API),
+                &account,
+                &location.container,
+                p.subscription_key.clone(),
+            )))
+        }
+        _ => None,
+    };
     let connector = || attempts::CountingConnector {
         governor: governor.clone(),
+        on_denied: signer.clone(),
     };
     use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
     let retry = RetryConfig {
@@ -155,10 +184,21 @@ pub fn build_store(
                 .with_config(AzureConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
                 .with_http_connector(connector());
             if let Some(p) = profile {
+                if let Some(account) = &p.config.account {
+                    b = b.with_account(account);
+                }
+                if let Some(endpoint) = &p.config.endpoint {
+                    b = b
+                        .with_endpoint(endpoint.clone())
+                        .with_allow_http(endpoint.starts_with("http://"));
+                }
                 if let Some(key) = &p.azure_account_key {
                     b = b.with_access_key(key.expose());
                 }
                 b = b.with_skip_signature(p.config.anonymous);
+            }
+            if let Some(s) = &signer {
+                b = b.with_credentials(s.clone());
             }
             Arc::new(b.build().map_err(invalid)?)
         }
@@ -207,6 +247,8 @@ pub struct ObjectReader {
     /// The ETag seen by the first read: later reads require it (`If-Match`), so a replaced
     /// object is never read half old, half new.
     etag: Arc<std::sync::OnceLock<String>>,
+    /// A refused read is tried once more (its signer has refreshed its token by then).
+    retry_denied: bool,
 }
 
 impl ObjectReader {
@@ -218,6 +260,26 @@ impl ObjectReader {
             latency: Duration::ZERO,
             metrics: None,
             etag: Arc::new(std::sync::OnceLock::new()),
+            retry_denied: false,
+        }
+    }
+
+    /// A read the store refuses (403, 401) is tried once more: for stores whose
+    /// credentials expire (SAS tokens), refreshed after a refusal.
+    pub fn with_retry_denied(mut self, retry: bool) -> Self {
+        self.retry_denied = retry;
+        self
+    }
+
+    async fn get(&self, options: GetOptions) -> object_store::Result<object_store::GetResult> {
+        match self.store.get_opts(&self.location.path, options.clone()).await {
+            Err(object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. })
+                if self.retry_denied =>
+            {
+                tracing::warn!(object = %crate::redact::secrets(&self.location.url), "the store refused a read: retrying with a fresh token");
+                self.store.get_opts(&self.location.path, options).await
+            }
+            other => other,
         }
     }
 
@@ -277,7 +339,7 @@ impl ObjectReader {
             range: Some(GetRange::Bounded(0..len.max(1))),
             ..Default::default()
         };
-        let result = match self.store.get_opts(&self.location.path, options).await {
+        let result = match self.get(options).await {
             Ok(r) => r,
             Err(object_store::Error::NotFound { .. }) => return Err(ReadError::NotFound),
             Err(e) => {
@@ -313,11 +375,7 @@ impl ObjectReader {
             if_match: self.etag.get().cloned(),
             ..Default::default()
         };
-        let result = self
-            .store
-            .get_opts(&self.location.path, options)
-            .await
-            .map_err(read_error)?;
+        let result = self.get(options).await.map_err(read_error)?;
         // Stores that ignore If-Match still report the ETag of what they sent.
         if let (Some(expected), Some(got)) = (self.etag.get(), result.meta.e_tag.as_ref())
             && expected != got

@@ -20,6 +20,8 @@ pub struct StoreProfile {
     pub s3_credentials: Option<(Secret, Secret, Option<Secret>)>,
     /// Azure storage account key.
     pub azure_account_key: Option<Secret>,
+    /// Planetary Computer subscription key.
+    pub subscription_key: Option<Secret>,
 }
 
 fn variable(name: &str, what: &str, dataset: &str) -> Result<Secret> {
@@ -78,10 +80,28 @@ impl StoreProfile {
         {
             return bad(&format!("endpoint {e:?} is not an http(s) URL"));
         }
+        let planetary = c.sign == crate::config::Sign::PlanetaryComputer;
+        if !planetary && (c.sas_api.is_some() || c.subscription_key_env.is_some()) {
+            return bad("sas_api and subscription_key_env are for sign = \"planetary-computer\"");
+        }
+        if planetary && (c.anonymous || azure.is_some()) {
+            return bad("sign = \"planetary-computer\" signs with its own tokens: no anonymous, no account key");
+        }
+        if let Some(api) = &c.sas_api
+            && !(api.starts_with("http://") || api.starts_with("https://"))
+        {
+            return bad(&format!("sas_api {api:?} is not an http(s) URL"));
+        }
+        let subscription_key = c
+            .subscription_key_env
+            .as_deref()
+            .map(|k| variable(k, "subscription_key_env", dataset))
+            .transpose()?;
         Ok(Self {
             config: c.clone(),
             s3_credentials: s3,
             azure_account_key: azure,
+            subscription_key,
         })
     }
 }

@@ -79,10 +79,15 @@ impl Stores {
     pub fn reader(&self, url: &str) -> Result<Arc<ObjectReader>> {
         let location = Location::parse(url)?;
         let store = self.store_for(&location)?;
+        let signed = self
+            .rules
+            .profile(&location)
+            .is_some_and(|p| p.config.sign != crate::config::Sign::None);
         Ok(Arc::new(
             ObjectReader::new(store, location)
                 .with_latency(self.options.simulated_latency)
-                .with_metrics(self.metrics.clone()),
+                .with_metrics(self.metrics.clone())
+                .with_retry_denied(signed),
         ))
     }
 

@@ -136,3 +136,42 @@ pub async fn upload(store: &Arc<dyn ObjectStore>, key: &str, file: &Path) {
     let bytes = std::fs::read(file).unwrap();
     store.put(&StorePath::from(key), PutPayload::from(bytes)).await.unwrap();
 }
+
+/// Azurite's blob service on a free port, in memory, with `containers` created.
+#[allow(dead_code)] // not every test binary uses it
+pub fn start_azurite(containers: &[&str]) -> (u16, Proc) {
+    let port = free_port();
+    let az = Command::new(need(tools().join("azurite/node_modules/.bin/azurite-blob")))
+        .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+        .args([
+            "--inMemoryPersistence",
+            "--disableTelemetry",
+            "--skipApiVersionCheck",
+            "--silent",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let az = Proc(az);
+    wait_port(port);
+    let helper = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/azure_container.py");
+    for c in containers {
+        let ok = Command::new("python3")
+            .arg(&helper)
+            .arg(port.to_string())
+            .arg(c)
+            .status()
+            .unwrap();
+        assert!(
+            ok.success(),
+            "cannot create container {c} (pip install azure-storage-blob)"
+        );
+    }
+    (port, az)
+}
+
+/// Azurite's well-known development account key.
+#[allow(dead_code)]
+pub const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
