@@ -108,8 +108,12 @@ class StreamDataset(EpochCursor, torch.utils.data.IterableDataset):
         self.dataset = dataset
         self.loader_args = loader_args
 
+    def _rank_world(self) -> Tuple[int, int]:
+        """This process's rank and world size (a subclass may take them from elsewhere)."""
+        return _rank_world()
+
     def _loader(self, cursor: int) -> Loader:
-        rank, world = _rank_world()
+        rank, world = self._rank_world()
         info = torch.utils.data.get_worker_info()
         if info is not None:
             rank, world = rank * info.num_workers + info.id, world * info.num_workers

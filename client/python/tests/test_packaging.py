@@ -50,4 +50,5 @@ def test_the_wheel_has_the_version_the_marker_and_the_stubs(tmp_path):
         metadata = z.read(f"cogfeed-{cogfeed.__version__}.dist-info/METADATA").decode()
     assert f"\nVersion: {cogfeed.__version__}\n" in metadata
     assert {"cogfeed/py.typed", "cogfeed/v1/feed_pb2.pyi", "cogfeed/v1/feed_pb2.py",
-            "cogfeed/v1/feed_pb2_grpc.py", "cogfeed/torch.py", "cogfeed/xarray.py", "cogfeed/torchgeo.py"} <= names
+            "cogfeed/v1/feed_pb2_grpc.py", "cogfeed/torch.py", "cogfeed/xarray.py", "cogfeed/torchgeo.py",
+            "cogfeed/lightning.py"} <= names
