@@ -139,6 +139,14 @@ def _check_layers(info: pb.DatasetInfo, layers: Sequence[str], mask: Optional[st
 READ_MANY = 64
 
 
+def _utc_ns(t: Any) -> "np.datetime64":
+    """An instant as naive UTC nanoseconds (the index's unit), whatever zone it carries."""
+    ts = pd.Timestamp(t)
+    if ts.tzinfo is not None:
+        ts = ts.tz_convert("UTC").tz_localize(None)
+    return np.datetime64(ts, "ns")
+
+
 class _LazyClient:
     """A `Client` per process: made on first use, never one inherited through fork, not pickled."""
 
@@ -253,7 +261,7 @@ class CogfeedDataset(GeoDataset):
             raise InvalidRequest(f"x and y resolutions differ ({x.step}, {y.step}): ReadFootprint reads square pixels")
         # The index rows the query meets in time and space (torchgeo's overlaps and .cx).
         a = self._index_arrays()
-        t0, t1 = np.datetime64(pd.Timestamp(t.start), "ns"), np.datetime64(pd.Timestamp(t.stop), "ns")
+        t0, t1 = _utc_ns(t.start), _utc_ns(t.stop)
         near = ((a["t0"] <= t1) & (a["t1"] >= t0) & (a["x0"] <= x.stop) & (a["x1"] >= x.start)
                 & (a["y0"] <= y.stop) & (a["y1"] >= y.start))
         rows = np.flatnonzero(near)

@@ -176,3 +176,23 @@ def test_throughput_random_access_vs_stream(daemon):
     print(f"\ntorchgeo demo-stac 64x64 image+mask, no workers: GeoDataset + RandomGeoSampler {rates['geo']:.0f} "
           f"samples/s, CogfeedStreamDataset {rate:.0f} samples/s")
     assert got == n and streamed == n
+
+
+def test_the_sampler_path_and_the_stream_give_the_same_pixels_for_the_same_footprints(daemon):
+    """Streamed samples' footprints (in the dataset's CRS), asked through torchgeo's query
+    (bounds and the drawn Item's instant), are the streamed samples, pixel for pixel."""
+    ds = CogfeedDataset(daemon.address, "demo-stac", layers=["image"], mask="label")
+    epsg = f"EPSG:{ds.crs.to_epsg()}"
+    checked = 0
+    for raw in cogfeed.Loader(daemon.address, "demo-stac", layers=["image", "label"], patch_size=32,
+                              batch_size=8, max_batches=3, seed=11):
+        for i, m in enumerate(raw.meta):
+            if m.crs != epsg:
+                continue
+            minx, miny, maxx, maxy = m.bounds
+            when = pd.Timestamp(m.datetime)
+            sample = ds[minx:maxx, miny:maxy, when:when]
+            assert np.array_equal(sample["image"].numpy(), raw["image"][i].astype(np.float32)), f"sample {i}"
+            assert np.array_equal(sample["mask"].numpy(), raw["label"][i, 0].astype(np.int64)), f"sample {i}"
+            checked += 1
+    assert checked >= 4, checked
