@@ -30,6 +30,8 @@ fn request(dataset: &str) -> pb::StreamBatchesRequest {
         seed: 9,
         samples_per_epoch: 120,
         world_size: 1,
+        // Little read-ahead: the store is read at the consumer's pace, across token lifetimes.
+        prefetch: 1,
         ..Default::default()
     }
 }
@@ -75,6 +77,7 @@ async fn a_stream_outlives_its_sas_tokens_and_delivers_every_batch() {
     let mut config = Config::demo(dir.path());
     // A cache of a few tiles: the stream keeps reading the store while tokens expire.
     config.cache.capacity_bytes = 1 << 20;
+    config.limits.stream_queue_batches = 1;
     let local = DatasetConfig {
         name: "local".into(),
         labels: None,
