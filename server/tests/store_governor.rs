@@ -15,6 +15,7 @@ use std::time::Instant;
 use cogfeed_client::{Client, pb};
 use cogfeed_server::app::App;
 use cogfeed_server::config::{Config, DatasetConfig};
+use common::proxy::{fetch_once, read_head};
 use common::servers::{S3_KEY, S3_SECRET, s3_store, start_s3, upload};
 use futures::StreamExt;
 
@@ -32,7 +33,7 @@ struct ThrottlingProxy {
 
 impl ThrottlingProxy {
     async fn start(upstream: u16) -> Self {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (hot, throttled, cool) = (
@@ -46,15 +47,9 @@ impl ThrottlingProxy {
             while let Ok((mut client, _)) = listener.accept().await {
                 let (h, t, c, bucket) = (h.clone(), t.clone(), c.clone(), bucket.clone());
                 tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match client.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let text = String::from_utf8_lossy(&head).to_string();
+                    let Some(text) = read_head(&mut client).await else {
+                        return;
+                    };
                     let is_hot = text.lines().next().is_some_and(|l| l.contains(" /hot/"));
                     if is_hot {
                         let allowed = {
@@ -82,16 +77,9 @@ impl ThrottlingProxy {
                     } else {
                         c.fetch_add(1, Ordering::SeqCst);
                     }
-                    let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
-                        return;
-                    };
-                    let one = text.replacen("\r\n", "\r\nConnection: close\r\n", 1);
-                    if up.write_all(one.as_bytes()).await.is_err() {
-                        return;
+                    if let Some(response) = fetch_once(upstream, &text).await {
+                        let _ = client.write_all(&response).await;
                     }
-                    let mut response = Vec::new();
-                    let _ = up.read_to_end(&mut response).await;
-                    let _ = client.write_all(&response).await;
                 });
             }
         });

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use cogfeed_client::{Client, pb};
 use cogfeed_server::app::App;
 use cogfeed_server::config::{Config, DatasetConfig, DatasetStoreConfig};
+use common::proxy::{fetch_once, read_head};
 use common::servers::{S3_KEY, S3_SECRET, s3_store, start_s3, start_s3_anonymous, upload};
 use futures::StreamExt;
 
@@ -24,7 +25,7 @@ struct RecordingProxy {
 
 impl RecordingProxy {
     async fn start(upstream: u16) -> Self {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let heads: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -33,26 +34,13 @@ impl RecordingProxy {
             while let Ok((mut client, _)) = listener.accept().await {
                 let recorded = recorded.clone();
                 tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match client.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let text = String::from_utf8_lossy(&head).to_string();
-                    recorded.lock().unwrap().push(text.to_ascii_lowercase());
-                    let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
+                    let Some(text) = read_head(&mut client).await else {
                         return;
                     };
-                    let one = text.replacen("\r\n", "\r\nConnection: close\r\n", 1);
-                    if up.write_all(one.as_bytes()).await.is_err() {
-                        return;
+                    recorded.lock().unwrap().push(text.to_ascii_lowercase());
+                    if let Some(response) = fetch_once(upstream, &text).await {
+                        let _ = client.write_all(&response).await;
                     }
-                    let mut response = Vec::new();
-                    let _ = up.read_to_end(&mut response).await;
-                    let _ = client.write_all(&response).await;
                 });
             }
         });

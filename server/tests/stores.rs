@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,16 +19,15 @@ use std::time::Duration;
 use cogfeed_client::{Client, pb};
 use cogfeed_server::storage::{Location, ObjectReader, Scheme};
 use cogfeed_tiff::{Cog, OpenOptions, RangeReader, WindowRequest};
+use common::proxy::{fetch_once, read_head};
 use common::servers::{
-    Proc, S3_KEY, S3_SECRET, free_port, gcs_key, gcs_upload, need, s3_store, start_gcs, start_s3, tools, upload,
-    wait_port,
+    AZURITE_KEY, Proc, S3_KEY, S3_SECRET, free_port, gcs_key, gcs_upload, s3_store, start_azurite, start_gcs, start_s3,
+    upload, wait_port,
 };
 use common::{crop, fixtures, read_npy};
 use futures::StreamExt;
 use object_store::ObjectStore;
 use object_store::path::Path as StorePath;
-
-const AZ_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
 struct Servers {
     s3_port: u16,
@@ -47,34 +45,7 @@ fn start_servers(containers: &[&str]) -> Servers {
         std::fs::create_dir_all(root.path().join(c)).unwrap();
     }
     let (s3_port, s3) = start_s3(root.path());
-    let az_port = free_port();
-    let az = Command::new(need(tools().join("azurite/node_modules/.bin/azurite-blob")))
-        .args(["--blobHost", "127.0.0.1", "--blobPort", &az_port.to_string()])
-        .args([
-            "--inMemoryPersistence",
-            "--disableTelemetry",
-            "--skipApiVersionCheck",
-            "--silent",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let az = Proc(az);
-    wait_port(az_port);
-    let helper = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/azure_container.py");
-    for c in containers {
-        let ok = Command::new("python3")
-            .arg(&helper)
-            .arg(az_port.to_string())
-            .arg(c)
-            .status()
-            .unwrap();
-        assert!(
-            ok.success(),
-            "cannot create container {c} (pip install azure-storage-blob)"
-        );
-    }
+    let (az_port, az) = start_azurite(containers);
     let (gcs_port, gcs) = start_gcs(containers);
     Servers {
         s3_port,
@@ -96,7 +67,7 @@ impl Servers {
         Arc::new(
             object_store::azure::MicrosoftAzureBuilder::new()
                 .with_account("devstoreaccount1")
-                .with_access_key(AZ_KEY)
+                .with_access_key(AZURITE_KEY)
                 .with_endpoint(format!("http://127.0.0.1:{}/devstoreaccount1", self.az_port))
                 .with_allow_http(true)
                 .with_container_name(container)
@@ -341,7 +312,7 @@ struct FaultProxy {
 
 impl FaultProxy {
     async fn start(upstream: u16) -> Self {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let rules: Arc<std::sync::Mutex<Vec<(String, u64)>>> = Arc::default();
@@ -356,16 +327,9 @@ impl FaultProxy {
                 };
                 let (rules, injected, delays, cuts) = (r.clone(), inj.clone(), dl.clone(), ct.clone());
                 tokio::spawn(async move {
-                    // Read the request head (GET/HEAD carry no body).
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match client.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let text = String::from_utf8_lossy(&head).to_string();
+                    let Some(text) = read_head(&mut client).await else {
+                        return;
+                    };
                     let target = text.split_whitespace().nth(1).unwrap_or("").to_string();
                     let fail = {
                         let mut rules = rules.lock().unwrap();
@@ -408,16 +372,10 @@ impl FaultProxy {
                             .await;
                         return;
                     }
-                    let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
+                    // One request per connection: the upstream closes after answering.
+                    let Some(mut response) = fetch_once(upstream, &text).await else {
                         return;
                     };
-                    // One request per connection: ask the upstream to close after answering.
-                    let rewritten = text.replacen("\r\n", "\r\nConnection: close\r\n", 1);
-                    if up.write_all(rewritten.as_bytes()).await.is_err() {
-                        return;
-                    }
-                    let mut response = Vec::new();
-                    let _ = up.read_to_end(&mut response).await;
                     if cut.is_some() {
                         // A truncated body: the head promises every byte, half of them come.
                         injected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

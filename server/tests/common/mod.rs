@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod inproc;
+pub mod proxy;
 pub mod servers;
 
 use std::path::PathBuf;
