@@ -242,15 +242,7 @@ impl Catalog {
             let Some(config) = self.configs.iter().find(|c| c.name == name) else {
                 continue;
             };
-            let result = Self::dataset(
-                config,
-                &self.stores,
-                &self.headers,
-                &self.options,
-                self.index_dir.as_deref(),
-                false,
-            )
-            .await;
+            let result = self.reopen(config, false).await;
             match result {
                 Ok(dataset) => {
                     tracing::info!(dataset = %name, version = %dataset.version, "dataset opened on retry: it serves from now on");
@@ -318,15 +310,7 @@ impl Catalog {
                 }
             }
         }
-        let result = Self::dataset(
-            config,
-            &self.stores,
-            &self.headers,
-            &self.options,
-            self.index_dir.as_deref(),
-            true,
-        )
-        .await;
+        let result = self.reopen(config, true).await;
         if let Ok(mut busy) = self.refreshing.lock() {
             busy.remove(name);
         }
@@ -383,6 +367,20 @@ impl Catalog {
                 .collect());
         }
         Ok(c.scenes.clone())
+    }
+
+    /// Opens `config` again with this catalog's stores, caches and options (a retry of an
+    /// unready dataset, or a refresh when `replan`).
+    async fn reopen(&self, config: &DatasetConfig, replan: bool) -> Result<Dataset> {
+        Self::dataset(
+            config,
+            &self.stores,
+            &self.headers,
+            &self.options,
+            self.index_dir.as_deref(),
+            replan,
+        )
+        .await
     }
 
     async fn dataset(
