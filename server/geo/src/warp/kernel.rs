@@ -279,14 +279,6 @@ pub fn area(src: &Source<'_>, c1: (f64, f64), c2: (f64, f64), margin: (f64, f64)
     if y1 > y2 {
         std::mem::swap(&mut y1, &mut y2);
     }
-    let span = |lo: f64, hi: f64, size: f64| {
-        let i0 = floor(lo + 1e-10).max(0.0).min(size);
-        let mut i1 = (-floor(-(hi - 1e-10))).min(size);
-        if i0 == i1 && i1 < size {
-            i1 += 1.0;
-        }
-        (i0 as usize, i1.max(i0) as usize)
-    };
     let (ix0, ix1) = span(x1, x2, w);
     let (iy0, iy1) = span(y1, y2, h);
     Some(Area {
@@ -301,34 +293,44 @@ pub fn area(src: &Source<'_>, c1: (f64, f64), c2: (f64, f64), margin: (f64, f64)
     })
 }
 
+/// The source pixels `first..end` under the edges `lo..hi` (`lo <= hi`, window pixels) of
+/// one destination pixel along an axis of `size` source pixels, as GDAL's areal kernels
+/// count them: at least one pixel where the axis allows it.
+#[inline]
+pub(crate) fn span(lo: f64, hi: f64, size: f64) -> (usize, usize) {
+    let i0 = floor(lo + 1e-10).max(0.0).min(size);
+    let mut i1 = (-floor(-(hi - 1e-10))).min(size);
+    if i0 == i1 && i1 < size {
+        i1 += 1.0;
+    }
+    (i0 as usize, i1.max(i0) as usize)
+}
+
+/// The weight of source pixel `i` of the span `first..end` under the edges `lo..hi`: the
+/// covered part of a partial first or last pixel, 1 inside (and for a one-pixel span).
+#[inline]
+pub(crate) fn edge_weight(i: usize, first: usize, end: usize, lo: f64, hi: f64) -> f64 {
+    if i == first {
+        if first + 1 == end {
+            1.0
+        } else {
+            1.0 - (lo - first as f64)
+        }
+    } else if i + 1 == end {
+        1.0 - (end as f64 - hi)
+    } else {
+        1.0
+    }
+}
+
 impl Area {
     #[inline]
     fn weight_y(&self, iy: usize) -> f64 {
-        if iy == self.iy0 {
-            if self.iy0 + 1 == self.iy1 {
-                1.0
-            } else {
-                1.0 - (self.y_min - self.iy0 as f64)
-            }
-        } else if iy + 1 == self.iy1 {
-            1.0 - (self.iy1 as f64 - self.y_max)
-        } else {
-            1.0
-        }
+        edge_weight(iy, self.iy0, self.iy1, self.y_min, self.y_max)
     }
     #[inline]
     fn weight(&self, ix: usize, wy: f64) -> f64 {
-        if ix == self.ix0 {
-            if self.ix0 + 1 == self.ix1 {
-                wy
-            } else {
-                wy * (1.0 - (self.x_min - self.ix0 as f64))
-            }
-        } else if ix + 1 == self.ix1 {
-            wy * (1.0 - (self.ix1 as f64 - self.x_max))
-        } else {
-            wy
-        }
+        wy * edge_weight(ix, self.ix0, self.ix1, self.x_min, self.x_max)
     }
 }
 

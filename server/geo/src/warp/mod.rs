@@ -3,8 +3,10 @@
 //! Pure: no I/O. [`plan`] decides, per source, the overview level, the pixel window to read
 //! and the kernel scale; [`kernel`] holds the resampling kernels; this module runs a kernel
 //! over a footprint ([`warp_source`]), stacks sources in priority order, first valid pixel
-//! wins ([`Mosaic`]), and converts to the output type with GDAL's rounding.
+//! wins ([`Mosaic`]), and converts to the output type with GDAL's rounding. [`axes`] plans
+//! the areal kernels once per column and row where the mapping allows it.
 
+pub mod axes;
 pub mod kernel;
 pub mod plan;
 
@@ -106,6 +108,22 @@ pub fn warp_source(
         let (cx, cy) = mapper.corners();
         let margin = |s: f64| 2.0 * (1.0f64).max((1.0 / s).ceil());
         let margins = (margin(window.x_scale), margin(window.y_scale));
+        if resampling == Resampling::Average
+            && let Some((xs, ys)) = axes::separable_edges(&cx, &cy, w, h)
+        {
+            // Same CRS, north-up on both sides: spans and weights once per column and row.
+            let shift = |edges: Vec<f64>, o: f64| edges.into_iter().map(|v| v - o).collect::<Vec<_>>();
+            let cols = axes::AxisSpans::new(&shift(xs, ox), src.width, margins.0);
+            let rows = axes::AxisSpans::new(&shift(ys, oy), src.height, margins.1);
+            for i in 0..h {
+                for j in 0..w {
+                    if axes::average(src, &cols, &rows, j, i, &mut px) {
+                        put(i * w + j, &px, &mut values, &mut valid);
+                    }
+                }
+            }
+            return Warped { bands, values, valid };
+        }
         for i in 0..h {
             for j in 0..w {
                 let c1 = i * (w + 1) + j;
