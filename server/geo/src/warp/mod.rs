@@ -91,7 +91,21 @@ pub fn warp_source(
     src: &Source<'_>,
     resampling: Resampling,
 ) -> Warped {
+    let (xs, ys) = mapper.points(resampling);
     let (w, h) = (mapper.footprint.width() as usize, mapper.footprint.height() as usize);
+    warp_mapped(w, h, (&xs, &ys), window, src, resampling)
+}
+
+/// [`warp_source`] over points already mapped ([`PixelMapper::points`] of a `w` × `h`
+/// footprint for `resampling`): every source on one grid shares them.
+pub fn warp_mapped(
+    w: usize,
+    h: usize,
+    points: (&[f64], &[f64]),
+    window: &SourceWindow,
+    src: &Source<'_>,
+    resampling: Resampling,
+) -> Warped {
     let n = w * h;
     let bands = src.bands;
     let mut values = vec![0.0; bands * n];
@@ -104,12 +118,12 @@ pub fn warp_source(
             values[b * n + p] = *v;
         }
     };
+    let (cx, cy) = points;
     if resampling.is_areal() {
-        let (cx, cy) = mapper.corners();
         let margin = |s: f64| 2.0 * (1.0f64).max((1.0 / s).ceil());
         let margins = (margin(window.x_scale), margin(window.y_scale));
         if resampling == Resampling::Average
-            && let Some((xs, ys)) = axes::separable_edges(&cx, &cy, w, h)
+            && let Some((xs, ys)) = axes::separable_edges(cx, cy, w, h)
         {
             // Same CRS, north-up on both sides: spans and weights once per column and row.
             let shift = |edges: Vec<f64>, o: f64| edges.into_iter().map(|v| v - o).collect::<Vec<_>>();
@@ -146,7 +160,6 @@ pub fn warp_source(
         }
         return Warped { bands, values, valid };
     }
-    let (cx, cy) = mapper.centres();
     let tiny = src.width == 1 || src.height == 1;
     let four = window.x_scale >= 0.95 && window.y_scale >= 0.95;
     for p in 0..n {

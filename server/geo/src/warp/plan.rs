@@ -60,6 +60,16 @@ impl PixelMapper<'_> {
         }
     }
 
+    /// The points `resampling` samples, in level pixels: corners for the areal kernels
+    /// ([`Self::corners`]), else centres ([`Self::centres`]).
+    pub fn points(&self, resampling: Resampling) -> (Vec<f64>, Vec<f64>) {
+        if resampling.is_areal() {
+            self.corners()
+        } else {
+            self.centres()
+        }
+    }
+
     /// Level-pixel coordinates of every pixel centre of the footprint, row by row.
     pub fn centres(&self) -> (Vec<f64>, Vec<f64>) {
         self.grid(0.5, self.footprint.width() as usize, self.footprint.height() as usize)

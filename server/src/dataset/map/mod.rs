@@ -374,6 +374,7 @@ impl MapSpace {
         &self,
         tiles: &dyn TileSource,
         layer: &LayerSpec,
+        plans: &mosaic::GridPlans,
         fp: &Footprint,
         cands: &[usize],
     ) -> Result<(Vec<u8>, Vec<usize>)> {
@@ -385,9 +386,9 @@ impl MapSpace {
             // choosing the path.
             let mut planned = Vec::with_capacity(opened.len());
             for (src, &i) in opened.iter().zip(cands) {
-                let mut p = mosaic::plan_source(src, fp, layer.resampling)?;
+                let mut p = plans.plan(src)?;
                 p.shift = self.shift(layer, i);
-                if p.window.is_some() {
+                if p.window().is_some() {
                     planned.push(p);
                     if !used.contains(&i) {
                         used.push(i);
@@ -429,8 +430,10 @@ impl MapSpace {
     ) -> Result<LayerBytes> {
         let cands = self.candidates(drawn, layer, &fp.crs, fp.bounds);
         let step_shift = |used: &[usize]| used.first().map_or(0, |&i| self.shift(layer, i));
+        // One plan per source grid for every asset and date of the layer.
+        let plans = &mosaic::GridPlans::new(fp, layer.resampling);
         let Some(ts) = &layer.time else {
-            let (bytes, used) = self.layer_mosaic(tiles, layer, fp, &cands).await?;
+            let (bytes, used) = self.layer_mosaic(tiles, layer, plans, fp, &cands).await?;
             let shifts = vec![step_shift(&used)];
             return Ok((bytes, used, None, shifts));
         };
@@ -439,7 +442,7 @@ impl MapSpace {
         let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, first))).await?;
         let mut meeting = Vec::with_capacity(cands.len());
         for (src, &i) in opened.iter().zip(&cands) {
-            if mosaic::plan_source(src, fp, layer.resampling)?.window.is_some() {
+            if plans.plan(src)?.window().is_some() {
                 meeting.push(i);
             }
         }
@@ -458,7 +461,7 @@ impl MapSpace {
             async move {
                 match d {
                     None => Ok(None),
-                    Some(_) => self.layer_mosaic(tiles, layer, fp, &of_day).await.map(Some),
+                    Some(_) => self.layer_mosaic(tiles, layer, plans, fp, &of_day).await.map(Some),
                 }
             }
         }))

@@ -15,10 +15,13 @@ use crate::tiles::TileSource;
 use crate::tiles::region;
 use cogfeed_geo::warp::kernel::Source;
 use cogfeed_geo::warp::plan::{self, PixelMapper};
-use cogfeed_geo::warp::{Mosaic, Resampling, Warped, is_nodata, samples_to_f64, warp_source};
-use cogfeed_geo::{Footprint, Transformer};
+use cogfeed_geo::warp::{Mosaic, Resampling, Warped, is_nodata, samples_to_f64, warp_mapped};
+use cogfeed_geo::{Crs, Footprint, Transformer};
 use cogfeed_tiff::on_cpu_pool;
 use futures::StreamExt;
+use source::GridKey;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub use source::AssetSource;
 
@@ -38,21 +41,106 @@ pub struct SourceRead {
     pub window: Option<plan::SourceWindow>,
 }
 
-/// Where a source meets a footprint: the level GDAL would read, its grid and the source
-/// window (None: the footprint misses the source).
-#[derive(Debug, Clone)]
-pub struct Planned<'a> {
-    pub source: &'a AssetSource,
+/// Where a source grid (CRS, transform, size and overview sizes) meets a footprint: the
+/// level GDAL would read, its grid, the source window (None: the footprint misses it) and,
+/// once a warp needs them, the footprint's points mapped into that level. Every asset and
+/// date on one grid shares one plan ([`GridPlans`]).
+#[derive(Debug)]
+pub struct GridPlan {
     pub level: usize,
     pub grid: plan::LevelGrid,
     pub window: Option<plan::SourceWindow>,
+    points: OnceLock<MappedPoints>,
+}
+
+/// A footprint's points in a level's pixels (x, y), as [`PixelMapper::points`] gives them.
+type MappedPoints = (Vec<f64>, Vec<f64>);
+
+impl GridPlan {
+    /// The footprint's points `resampling` samples, mapped into this plan's level of a
+    /// source in `crs`: computed by the first warp that needs them, shared by the rest.
+    fn points(&self, footprint: &Footprint, crs: &Crs, resampling: Resampling) -> &MappedPoints {
+        self.points.get_or_init(|| {
+            let transformer = Transformer::new(&footprint.crs, crs);
+            PixelMapper {
+                footprint,
+                transformer: &transformer,
+                level: self.grid,
+            }
+            .points(resampling)
+        })
+    }
+}
+
+/// Where a source meets a footprint: its grid's plan and what is the source's own.
+#[derive(Debug, Clone)]
+pub struct Planned<'a> {
+    pub source: &'a AssetSource,
+    pub plan: Arc<GridPlan>,
     /// Added to the source's valid pixels after the warp (Sentinel-2 harmonisation:
     /// `harmonize::apply`); 0 by default.
     pub shift: i32,
 }
 
-/// Plans `src` for `footprint`.
+impl Planned<'_> {
+    /// The source window (None: the footprint misses the source).
+    pub fn window(&self) -> Option<plan::SourceWindow> {
+        self.plan.window
+    }
+}
+
+/// Grid plans of one footprint and kernel, by source grid: the 16 dates and four 10 m
+/// bands of a Sentinel-2 tile plan (and map the footprint's points) once, not 64 times.
+#[derive(Debug)]
+pub struct GridPlans {
+    footprint: Footprint,
+    resampling: Resampling,
+    by_grid: Mutex<HashMap<GridKey, Arc<GridPlan>>>,
+}
+
+impl GridPlans {
+    /// No plans yet for `footprint` and `resampling`.
+    pub fn new(footprint: &Footprint, resampling: Resampling) -> Self {
+        Self {
+            footprint: footprint.clone(),
+            resampling,
+            by_grid: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `src` planned for the footprint: its grid's plan, made on the first source of that grid.
+    pub fn plan<'a>(&self, src: &'a AssetSource) -> Result<Planned<'a>> {
+        let key = src.grid_key();
+        let known = self.by_grid.lock().ok().and_then(|m| m.get(&key).cloned());
+        let plan = match known {
+            Some(p) => p,
+            None => {
+                let p = Arc::new(grid_plan(src, &self.footprint, self.resampling)?);
+                if let Ok(mut m) = self.by_grid.lock() {
+                    m.entry(key).or_insert_with(|| p.clone());
+                }
+                p
+            }
+        };
+        Ok(Planned {
+            source: src,
+            plan,
+            shift: 0,
+        })
+    }
+}
+
+/// Plans `src` for `footprint` on its own (no plan shared).
 pub fn plan_source<'a>(src: &'a AssetSource, footprint: &Footprint, resampling: Resampling) -> Result<Planned<'a>> {
+    Ok(Planned {
+        source: src,
+        plan: Arc::new(grid_plan(src, footprint, resampling)?),
+        shift: 0,
+    })
+}
+
+/// The plan of `src`'s grid for `footprint`.
+fn grid_plan(src: &AssetSource, footprint: &Footprint, resampling: Resampling) -> Result<GridPlan> {
     let transformer = Transformer::new(&footprint.crs, &src.crs);
     let full = src
         .level_grid(0)
@@ -68,12 +156,11 @@ pub fn plan_source<'a>(src: &'a AssetSource, footprint: &Footprint, resampling: 
         transformer: &transformer,
         level: grid,
     };
-    Ok(Planned {
-        source: src,
+    Ok(GridPlan {
         level,
         grid,
         window: plan::source_window(&mapper, resampling),
-        shift: 0,
+        points: OnceLock::new(),
     })
 }
 
@@ -84,8 +171,8 @@ async fn warp_one(
     footprint: &Footprint,
     resampling: Resampling,
 ) -> Result<Option<Warped>> {
-    let (src, level, grid, shift) = (planned.source, planned.level, planned.grid, planned.shift);
-    let Some(window) = planned.window else {
+    let (src, level, shift) = (planned.source, planned.plan.level, planned.shift);
+    let Some(window) = planned.plan.window else {
         return Ok(None);
     };
     let working = window
@@ -118,7 +205,7 @@ async fn warp_one(
     let region = region::fetch_region(tiles, &src.object, spec, &bands, 0.0)
         .await
         .map_err(|e| Error::tiff(src.object.url.as_ref(), e))?;
-    let (footprint, src) = (footprint.clone(), src.clone());
+    let (footprint, src, plan) = (footprint.clone(), src.clone(), planned.plan.clone());
     // Stitch the tiles, then warp: inline when the work is small (a hand-off to the CPU
     // pool and back costs more than warping a few thousand pixels), else one trip to it.
     let small = (footprint.width() * footprint.height()).max(window.width * window.height) <= INLINE_PIXELS;
@@ -141,13 +228,9 @@ async fn warp_one(
             values: &values,
             valid: &valid,
         };
-        let transformer = Transformer::new(&footprint.crs, &src.crs);
-        let mapper = PixelMapper {
-            footprint: &footprint,
-            transformer: &transformer,
-            level: grid,
-        };
-        let mut warped = warp_source(&mapper, &window, &source, resampling);
+        let (xs, ys) = plan.points(&footprint, &src.crs, resampling);
+        let (w, h) = (footprint.width() as usize, footprint.height() as usize);
+        let mut warped = warp_mapped(w, h, (xs, ys), &window, &source, resampling);
         crate::dataset::map::harmonize::apply(&mut warped.values, &warped.valid, &src.nodata, shift);
         warped
     };
@@ -178,8 +261,8 @@ pub async fn mosaic(
         .iter()
         .map(|p| SourceRead {
             item: p.source.item.clone(),
-            level: p.level,
-            window: p.window,
+            level: p.plan.level,
+            window: p.plan.window,
         })
         .collect();
     Ok((

@@ -12,6 +12,14 @@ use cogfeed_tiff::DType;
 /// Relative tolerance between STAC's `proj:transform` and the file's geotransform.
 const TRANSFORM_TOLERANCE: f64 = 1e-6;
 
+/// The identity of a source grid: two sources with equal keys map every footprint alike.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GridKey {
+    crs: u32,
+    transform: [u64; 6],
+    levels: Vec<(u64, u64)>,
+}
+
 /// An asset ready to be warped.
 #[derive(Debug, Clone)]
 pub struct AssetSource {
@@ -120,6 +128,24 @@ impl AssetSource {
             dtype,
             nodata,
         })
+    }
+
+    /// What makes two sources one grid: CRS, transform, size and every level's size.
+    pub fn grid_key(&self) -> GridKey {
+        let t = self.transform.to_stac();
+        GridKey {
+            crs: self.crs.code(),
+            transform: t.map(f64::to_bits),
+            levels: self
+                .object
+                .cog
+                .header()
+                .levels
+                .iter()
+                .map(|l| (l.width, l.height))
+                .chain([(self.width, self.height)])
+                .collect(),
+        }
     }
 
     /// Level `n`'s grid (0 = full resolution).
