@@ -1,12 +1,13 @@
-//! Areal kernels over an axis-aligned mapping: when every footprint column maps to one
+//! Kernels over an axis-aligned mapping: when every footprint column maps to one
 //! source x range and every row to one y range (same CRS, north-up grids on both sides),
 //! the source pixels under a destination pixel and their partial-pixel weights depend on
-//! its column alone along x and on its row alone along y. They are computed once per
-//! column and once per row ([`AxisSpans`]) instead of once per pixel, then `average` runs
-//! over them with the same arithmetic, in the same order, as [`kernel::average`] over a
-//! per-pixel [`kernel::Area`]: the results are bit-identical (tested).
+//! its column alone along x and on its row alone along y, and so do the centre pixel and
+//! the bilinear neighbours and weights of a centre. They are computed once per column and
+//! once per row ([`AxisSpans`], [`bilinear_axis`]) instead of once per pixel, then
+//! `average` and bilinear run over them with the same arithmetic, in the same order, as
+//! the per-pixel kernels: the results are bit-identical (tested).
 //!
-//! Owns the per-axis plan of the areal kernels; must never change what a pixel's value is.
+//! Owns the per-axis plans of the kernels; must never change what a pixel's value is.
 
 use super::kernel::{self, Source};
 
@@ -70,21 +71,43 @@ impl AxisSpans {
 /// one x edge per column and one y edge per row, when it is separable: every row holds the
 /// same x values and every column the same y values, exactly. None otherwise.
 pub fn separable_edges(cx: &[f64], cy: &[f64], w: usize, h: usize) -> Option<(Vec<f64>, Vec<f64>)> {
-    let stride = w + 1;
-    if cx.len() != stride * (h + 1) || cy.len() != cx.len() {
+    separable(cx, cy, w + 1, h + 1)
+}
+
+/// [`separable_edges`] for the `w × h` pixel centres: one x per column, one y per row.
+pub fn separable_centres(cx: &[f64], cy: &[f64], w: usize, h: usize) -> Option<(Vec<f64>, Vec<f64>)> {
+    separable(cx, cy, w, h)
+}
+
+/// A `cols × rows` point grid as its x per column and y per row, when it is separable.
+fn separable(cx: &[f64], cy: &[f64], cols: usize, rows: usize) -> Option<(Vec<f64>, Vec<f64>)> {
+    if cols == 0 || rows == 0 || cx.len() != cols * rows || cy.len() != cx.len() {
         return None;
     }
-    let xs = &cx[..stride];
+    let xs = &cx[..cols];
     let same = |a: f64, b: f64| a == b || (a.is_nan() && b.is_nan());
-    for i in 0..=h {
-        let row = i * stride..(i + 1) * stride;
-        let y0 = cy[i * stride];
+    for i in 0..rows {
+        let row = i * cols..(i + 1) * cols;
+        let y0 = cy[i * cols];
         if !cx[row.clone()].iter().zip(xs).all(|(&a, &b)| same(a, b)) || !cy[row].iter().all(|&v| same(v, y0)) {
             return None;
         }
     }
-    let ys = (0..=h).map(|i| cy[i * stride]).collect();
+    let ys = (0..rows).map(|i| cy[i * cols]).collect();
     Some((xs.to_vec(), ys))
+}
+
+/// Per column (or row) of centres at `points` (level pixels) over a window starting at
+/// `offset` of `size` pixels: the pixel under the centre and the bilinear neighbour and
+/// weight ([`kernel::bilinear_axis`]); None where the centre lies outside the window.
+pub fn bilinear_axis(points: &[f64], offset: f64, size: usize) -> Vec<Option<(usize, (isize, f64))>> {
+    points
+        .iter()
+        .map(|&p| {
+            let v = p - offset;
+            Some((kernel::centre_index(v, size)?, kernel::bilinear_axis(v)))
+        })
+        .collect()
 }
 
 /// Area-weighted average of the valid source pixels under destination pixel (`col` of
@@ -191,6 +214,56 @@ mod tests {
                         let per_axis = average(&src, &cols, &rows, j, i, &mut b);
                         assert_eq!(per_pixel, per_axis, "pixel {i},{j}");
                         if per_pixel {
+                            assert_eq!(
+                                a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                                b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                                "pixel {i},{j}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn per_axis_bilinear_is_bit_identical_to_the_per_pixel_kernel() {
+        let mut seed = 11u64;
+        for bands in [1usize, 2] {
+            for &(step, offset) in &[(1.0, 0.37), (0.5, -0.8), (0.93, 0.05), (1.07, 0.5)] {
+                let (sw, sh) = (17usize, 15usize);
+                let values: Vec<f64> = (0..sw * sh * bands)
+                    .map(|_| (lcg(&mut seed) * 1000.0).floor())
+                    .collect();
+                let valid: Vec<bool> = (0..sw * sh).map(|_| lcg(&mut seed) > 0.15).collect();
+                let src = Source {
+                    width: sw,
+                    height: sh,
+                    bands,
+                    values: &values,
+                    valid: &valid,
+                };
+                let (w, h) = (18usize, 16usize);
+                let xs: Vec<f64> = (0..w).map(|j| offset + (j as f64 + 0.5) * step).collect();
+                let ys: Vec<f64> = (0..h).map(|i| offset * 0.7 + (i as f64 + 0.5) * step).collect();
+                let cx: Vec<f64> = (0..h).flat_map(|_| xs.iter().copied()).collect();
+                let cy: Vec<f64> = ys.iter().flat_map(|&y| std::iter::repeat_n(y, w)).collect();
+                assert_eq!(separable_centres(&cx, &cy, w, h), Some((xs.clone(), ys.clone())));
+                let (cols, rows) = (bilinear_axis(&xs, 0.0, sw), bilinear_axis(&ys, 0.0, sh));
+                let (mut a, mut b) = (vec![0.0; bands], vec![0.0; bands]);
+                for (i, &y) in ys.iter().enumerate() {
+                    for (j, &x) in xs.iter().enumerate() {
+                        let per_pixel = kernel::centre_pixel(&src, x, y)
+                            .filter(|&(ix, iy)| src.valid[iy * sw + ix])
+                            .map(|_| kernel::bilinear4(&src, x, y, &mut a));
+                        let per_axis = match (cols[j], rows[i]) {
+                            (Some((ix, bx)), Some((iy, by))) if src.valid[iy * sw + ix] => {
+                                Some(kernel::bilinear_at(&src, bx, by, &mut b))
+                            }
+                            _ => None,
+                        };
+                        assert_eq!(per_pixel, per_axis, "pixel {i},{j}");
+                        if per_pixel == Some(true) {
                             assert_eq!(
                                 a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                                 b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),

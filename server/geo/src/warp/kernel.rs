@@ -46,13 +46,16 @@ impl Source<'_> {
 /// centre lies outside the window.
 #[inline]
 pub fn centre_pixel(src: &Source<'_>, x: f64, y: f64) -> Option<(usize, usize)> {
-    let (w, h) = (src.width as f64, src.height as f64);
-    if !(x >= 0.0 && y >= 0.0 && x + 1e-10 <= w && y + 1e-10 <= h) {
+    Some((centre_index(x, src.width)?, centre_index(y, src.height)?))
+}
+
+/// Along one axis of `size` pixels: the pixel holding coordinate `v`, None outside.
+#[inline]
+pub(crate) fn centre_index(v: f64, size: usize) -> Option<usize> {
+    if !(v >= 0.0 && v + 1e-10 <= size as f64) {
         return None;
     }
-    let ix = ((x + 1e-10) as usize).min(src.width - 1);
-    let iy = ((y + 1e-10) as usize).min(src.height - 1);
-    Some((ix, iy))
+    Some(((v + 1e-10) as usize).min(size - 1))
 }
 
 /// Nearest: the value of the pixel under the centre, for every band.
@@ -65,18 +68,21 @@ pub fn nearest(src: &Source<'_>, ix: usize, iy: usize, out: &mut [f64]) -> bool 
 
 /// Bilinear over the 2×2 neighbours, weights renormalised over the valid ones.
 pub fn bilinear4(src: &Source<'_>, x: f64, y: f64, out: &mut [f64]) -> bool {
-    let mut ix = floor(x - 0.5) as isize;
-    let mut iy = floor(y - 0.5) as isize;
-    let mut rx = 1.5 - (x - ix as f64);
-    let mut ry = 1.5 - (y - iy as f64);
-    if ix == -1 {
-        ix = 0;
-        rx = 1.0;
-    }
-    if iy == -1 {
-        iy = 0;
-        ry = 1.0;
-    }
+    let (ix, rx) = bilinear_axis(x);
+    let (iy, ry) = bilinear_axis(y);
+    bilinear_at(src, (ix, rx), (iy, ry), out)
+}
+
+/// Along one axis: the first of the two neighbours of coordinate `v` and its weight.
+#[inline]
+pub(crate) fn bilinear_axis(v: f64) -> (isize, f64) {
+    let i = floor(v - 0.5) as isize;
+    if i == -1 { (0, 1.0) } else { (i, 1.5 - (v - i as f64)) }
+}
+
+/// [`bilinear4`] from each axis's first neighbour and weight ([`bilinear_axis`]).
+#[inline]
+pub(crate) fn bilinear_at(src: &Source<'_>, (ix, rx): (isize, f64), (iy, ry): (isize, f64), out: &mut [f64]) -> bool {
     let taps = [
         (ix, iy, rx * ry),
         (ix + 1, iy, (1.0 - rx) * ry),

@@ -162,6 +162,26 @@ pub fn warp_mapped(
     }
     let tiny = src.width == 1 || src.height == 1;
     let four = window.x_scale >= 0.95 && window.y_scale >= 0.95;
+    if resampling == Resampling::Bilinear
+        && four
+        && !tiny
+        && let Some((xs, ys)) = axes::separable_centres(cx, cy, w, h)
+    {
+        // Same CRS, north-up on both sides: centre pixels, neighbours and weights once per
+        // column and row.
+        let cols = axes::bilinear_axis(&xs, ox, src.width);
+        let rows = axes::bilinear_axis(&ys, oy, src.height);
+        for (i, row) in rows.iter().enumerate() {
+            let Some((iy, by)) = *row else { continue };
+            for (j, col) in cols.iter().enumerate() {
+                let Some((ix, bx)) = *col else { continue };
+                if src.valid[iy * src.width + ix] && kernel::bilinear_at(src, bx, by, &mut px) {
+                    put(i * w + j, &px, &mut values, &mut valid);
+                }
+            }
+        }
+        return Warped { bands, values, valid };
+    }
     for p in 0..n {
         let (x, y) = (cx[p] - ox, cy[p] - oy);
         let Some((ix, iy)) = kernel::centre_pixel(src, x, y) else {
