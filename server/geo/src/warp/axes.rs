@@ -30,7 +30,7 @@ pub struct AxisSpans {
 impl AxisSpans {
     /// Spans of the `edges.len() - 1` destination pixels whose edges map to `edges` (window
     /// pixels, unsorted pairs allowed), over a source axis of `size` pixels, with GDAL's
-    /// margin check at `margin` and its partial-pixel weights (as [`kernel::area`]).
+    /// margin check at `margin` and its partial-pixel weights (as `kernel::area`).
     pub fn new(edges: &[f64], size: usize, margin: f64) -> Self {
         let n = edges.len().saturating_sub(1);
         let mut spans = Vec::with_capacity(n);
@@ -99,7 +99,7 @@ fn separable(cx: &[f64], cy: &[f64], cols: usize, rows: usize) -> Option<(Vec<f6
 
 /// Per column (or row) of centres at `points` (level pixels) over a window starting at
 /// `offset` of `size` pixels: the pixel under the centre and the bilinear neighbour and
-/// weight ([`kernel::bilinear_axis`]); None where the centre lies outside the window.
+/// weight (`kernel::bilinear_axis`); None where the centre lies outside the window.
 pub fn bilinear_axis(points: &[f64], offset: f64, size: usize) -> Vec<Option<(usize, (isize, f64))>> {
     points
         .iter()
@@ -112,7 +112,7 @@ pub fn bilinear_axis(points: &[f64], offset: f64, size: usize) -> Vec<Option<(us
 
 /// Area-weighted average of the valid source pixels under destination pixel (`col` of
 /// `cols`, `row` of `rows`), per band into `out`; false where the pixel gets no value.
-/// The same sums in the same order as [`kernel::average`].
+/// The same sums in the same order as `kernel::average`.
 #[inline]
 pub fn average(src: &Source<'_>, cols: &AxisSpans, rows: &AxisSpans, col: usize, row: usize, out: &mut [f64]) -> bool {
     let (Some(sx), Some(sy)) = (cols.spans[col], rows.spans[row]) else {
