@@ -22,6 +22,13 @@
 
 use crate::rng;
 
+mod binomial;
+mod feistel;
+mod local;
+
+use feistel::Feistel;
+pub use local::{LocalOrder, LocalSpec, Member, Order};
+
 /// The kind of sampler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SamplerKind {
@@ -104,6 +111,9 @@ pub struct Plan {
     centres: Option<std::sync::Arc<Vec<(usize, PointCentre)>>>,
     /// `balanced`: the weighted cells.
     cells: Option<std::sync::Arc<WeightedCells>>,
+    /// `order = "local"`: the epoch's samples grouped by block and dealt (None: the
+    /// plan's own order).
+    local: Option<std::sync::Arc<LocalOrder>>,
 }
 
 impl Plan {
@@ -173,6 +183,7 @@ impl Plan {
             permutation,
             centres: None,
             cells: None,
+            local: None,
         })
     }
 
@@ -205,6 +216,7 @@ impl Plan {
             permutation: None,
             centres: None,
             cells: Some(cells),
+            local: None,
         })
     }
 
@@ -257,13 +269,14 @@ impl Plan {
             scenes,
             len,
             centres: Some(centres),
+            local: None,
         })
     }
 
     /// `points`: the index (in the dataset's points) of sample `i`'s point.
     pub fn point_of(&self, i: u64) -> Option<usize> {
         let centres = self.centres.as_ref()?;
-        let n = self.permutation.as_ref().map_or(i, |f| f.apply(i));
+        let n = self.natural_index(i);
         centres.get(n as usize).map(|c| c.0)
     }
 
@@ -288,12 +301,55 @@ impl Plan {
         (scene, n - before)
     }
 
-    /// The `i`-th sample of the epoch (`i < len`).
-    pub fn window(&self, i: u64) -> WindowSpec {
+    /// The order this plan serves in, `order = "local"` replacing its own: the same
+    /// samples (or, for `random`, the same law), grouped by block. Says why when the
+    /// sampler or the dial does not allow it.
+    pub fn with_order(mut self, order: Order) -> Result<Self, String> {
+        let Order::Local(spec) = order else {
+            self.local = None;
+            return Ok(self);
+        };
+        let local = LocalOrder::new(
+            &local::Basis {
+                kind: self.spec.kind,
+                scenes: &self.scenes,
+                patch: self.spec.patch as u64,
+                stride: self.spec.stride as u64,
+                len: self.len,
+                key: rng::key(&[self.spec.seed, self.spec.epoch, 0xC5]),
+                centres: self.centres.as_deref().map(|c| c.as_slice()),
+            },
+            spec,
+        )?;
+        self.local = Some(std::sync::Arc::new(local));
+        Ok(self)
+    }
+
+    /// The locality order, when the plan has one.
+    pub fn local_order(&self) -> Option<&LocalOrder> {
+        self.local.as_deref()
+    }
+
+    /// Bytes the plan holds beside its inputs (the locality order's groups and chunks).
+    pub fn order_bytes(&self) -> u64 {
+        self.local.as_ref().map_or(0, |l| l.bytes())
+    }
+
+    /// The natural index (aligned: window; grid: cover position; points: centre) of
+    /// sample `i`, through the plan's permutation or its locality order.
+    fn natural_index(&self, i: u64) -> u64 {
+        match self.local.as_ref().map(|l| l.member(i)) {
+            Some(Member::Natural(n)) => n,
+            Some(Member::At(..)) => i,
+            None => self.permutation.as_ref().map_or(i, |f| f.apply(i)),
+        }
+    }
+
+    /// Scene, column and row of natural index `n` (aligned, grid, points).
+    fn natural_window(&self, n: u64) -> (usize, u64, u64) {
         let p = self.spec.patch as u64;
-        let (scene, col, row) = match self.spec.kind {
+        match self.spec.kind {
             SamplerKind::Points => {
-                let n = self.permutation.as_ref().map_or(i, |f| f.apply(i));
                 let c = self
                     .centres
                     .as_ref()
@@ -304,31 +360,41 @@ impl Plan {
                 (c[0] as usize, c[1].saturating_sub(p / 2), c[2].saturating_sub(p / 2))
             }
             SamplerKind::Aligned => {
-                let n = self.permutation.as_ref().map_or(i, |f| f.apply(i));
                 let (scene, k) = self.locate(n);
                 let across = self.scenes[scene].width / p;
                 (scene, (k % across) * p, (k / across) * p)
             }
-            SamplerKind::Random => {
+            _ => {
+                let (scene, k) = self.locate(n);
+                let s = &self.scenes[scene];
+                let stride = self.spec.stride as u64;
+                let across = grid_steps(s.width, p, stride);
+                (scene, (k % across) * stride, (k / across) * stride)
+            }
+        }
+    }
+
+    /// The `i`-th sample of the epoch (`i < len`).
+    pub fn window(&self, i: u64) -> WindowSpec {
+        let p = self.spec.patch as u64;
+        let (scene, col, row) = match (self.spec.kind, self.local.as_ref().map(|l| l.member(i))) {
+            (_, Some(Member::At(scene, col, row))) => (scene, col, row),
+            (SamplerKind::Points | SamplerKind::Aligned | SamplerKind::Grid, _) => {
+                self.natural_window(self.natural_index(i))
+            }
+            (SamplerKind::Random, _) => {
                 let total = *self.cumulative.last().unwrap_or(&1);
                 let mut r = rng::Rng::new(rng::key(&[self.spec.seed, self.spec.epoch, i, 0xB2]));
                 let (scene, k) = self.locate(r.below(total));
                 let across = self.scenes[scene].width - p + 1;
                 (scene, k % across, k / across)
             }
-            SamplerKind::Balanced => self.balanced_draw(&mut rng::Rng::new(rng::key(&[
+            (SamplerKind::Balanced, _) => self.balanced_draw(&mut rng::Rng::new(rng::key(&[
                 self.spec.seed,
                 self.spec.epoch,
                 i,
                 0xE5,
             ]))),
-            SamplerKind::Grid => {
-                let (scene, k) = self.locate(i);
-                let s = &self.scenes[scene];
-                let stride = self.spec.stride as u64;
-                let across = grid_steps(s.width, p, stride);
-                (scene, (k % across) * stride, (k / across) * stride)
-            }
         };
         let s = &self.scenes[scene];
         WindowSpec {
@@ -525,41 +591,6 @@ impl Interleave {
         // At most one period (≤ 1000 places) of a cheap bijection per sample.
         let before = (0..x).filter(|&y| part_at(y) == part).count() as u64;
         (part, cycle * self.quotas[part] + before)
-    }
-}
-
-/// A keyed bijection of `0..n` (4-round Feistel on the next even bit width, cycle walking).
-#[derive(Debug, Clone)]
-struct Feistel {
-    n: u64,
-    half_bits: u32,
-    keys: [u64; 4],
-}
-
-impl Feistel {
-    fn new(n: u64, seed: u64) -> Self {
-        let bits = 64 - n.max(2).saturating_sub(1).leading_zeros();
-        let half_bits = bits.div_ceil(2).max(1);
-        let keys = [0, 1, 2, 3].map(|r| rng::key(&[seed, r]));
-        Self { n, half_bits, keys }
-    }
-
-    fn round(&self, x: u64) -> u64 {
-        let mask = (1u64 << self.half_bits) - 1;
-        let (mut l, mut r) = (x >> self.half_bits, x & mask);
-        for k in self.keys {
-            let f = rng::mix(r ^ k) & mask;
-            (l, r) = (r, l ^ f);
-        }
-        (l << self.half_bits) | r
-    }
-
-    fn apply(&self, i: u64) -> u64 {
-        let mut x = self.round(i);
-        while x >= self.n {
-            x = self.round(x);
-        }
-        x
     }
 }
 
