@@ -178,6 +178,16 @@ struct Selection {
     /// Map-space datasets with a [datasets.split]: only footprints wholly in this split.
     #[arg(long, default_value = "")]
     split: String,
+    /// Epoch order: random (the sampler's own) or local (samples sharing source tiles
+    /// served close together); default: the dataset's.
+    #[arg(long, default_value = "")]
+    order: String,
+    /// --order local: groups served side by side (0: the dataset's, else from the cache).
+    #[arg(long, default_value_t = 0)]
+    open_blocks: u32,
+    /// --order local: times each group is opened per epoch (0: the dataset's, else 1).
+    #[arg(long, default_value_t = 0)]
+    visits: u32,
 }
 
 impl Selection {
@@ -232,6 +242,9 @@ impl Selection {
             layers: self.layers.clone(),
             split: self.split.clone(),
             mixture,
+            order: self.order.clone(),
+            open_blocks: self.open_blocks,
+            visits: self.visits,
         })
     }
 }

@@ -136,7 +136,8 @@ impl App {
                 config.cache.index_dir(),
                 config.server.require_all_datasets,
             )
-            .await?,
+            .await?
+            .with_cache_bytes(config.cache.capacity_bytes),
         );
         metrics.datasets_unready.set(catalog.unready().len() as i64);
         if !catalog.unready().is_empty() {

@@ -355,6 +355,11 @@ class Loader(EpochCursor):
     - `split` (""): map-space datasets with splits, "train", "val", ...
     - `mixture`: `{"a": 3, "b": 1}` instead of `dataset` mixes map-space datasets in one
       stream (each sample's `meta[i].dataset` says which).
+    - `order` (""): "" (the dataset's `sampling.order`), "random" (the sampler's own order)
+      or "local": samples sharing source tiles served close together (the same samples for
+      aligned, grid and points, the same law for random); `open_blocks` (0: the dataset's,
+      else sized from the daemon's tile cache) groups side by side, each opened `visits`
+      (0: the dataset's, else 1) times per epoch. A resume must pass the same three.
 
     An unknown keyword is a TypeError, an unknown sampler an `InvalidRequest` (a ValueError);
     what the daemon refuses raises its `CogfeedError` subclass when iterating.
@@ -388,6 +393,9 @@ class Loader(EpochCursor):
     layers: List[str]
     split: str
     mixture: List[pb.MixturePart]
+    order: str
+    open_blocks: int
+    visits: int
     client: Client
     replicas: List[str]
 
@@ -420,6 +428,9 @@ class Loader(EpochCursor):
         split: str = "",
         mixture: Optional[Mixture] = None,
         dataset_version: str = "",
+        order: str = "",
+        open_blocks: int = 0,
+        visits: int = 0,
         token: Optional[str] = None,
         tls: TLS = None,
         reconnect_timeout: float = 120.0,
@@ -431,6 +442,7 @@ class Loader(EpochCursor):
             "labels": labels, "dtype": dtype, "normalize": normalize, "augment": augment,
             "samples_per_epoch": samples_per_epoch, "prefetch": prefetch, "on_corrupt": on_corrupt,
             "layers": layers, "split": split, "mixture": mixture, "dataset_version": dataset_version,
+            "order": order, "open_blocks": open_blocks, "visits": visits,
         }
         if isinstance(mixture, Mapping):
             # {"name": weight, ...}: one stream over several map-space datasets.

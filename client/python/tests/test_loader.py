@@ -102,6 +102,33 @@ def test_state_dict_resume_is_the_suffix(daemon):
     assert sorted(seen) == sorted(expected)
 
 
+def test_a_local_order_matches_the_rust_client_and_resumes(daemon, rust_client):
+    args = ["--dataset", "demo", "--sampler", "grid", "--patch-size", "64", "--batch-size", "16", "--seed", "4",
+            "--order", "local", "--open-blocks", "2", "--visits", "2"]
+    rust = rust_jsonl(rust_client, daemon.address, *args)
+    kwargs = dict(sampler="grid", patch_size=64, batch_size=16, seed=4, order="local", open_blocks=2, visits=2)
+    full = list(cogfeed.Loader(daemon.address, "demo", **kwargs))
+    assert len(full) == len(rust) == 64
+    assert [b.windows[:, :6].tolist() for b in full] == [r["windows"] for r in rust]
+    plain = list(cogfeed.Loader(daemon.address, "demo", sampler="grid", patch_size=64, batch_size=16, seed=4))
+    local = [tuple(w) for b in full for w in b.windows.tolist()]
+    own = [tuple(w) for b in plain for w in b.windows.tolist()]
+    assert local != own and sorted(local) == sorted(own), "the same samples in another order"
+    loader = cogfeed.Loader(daemon.address, "demo", **kwargs)
+    it = iter(loader)
+    for _ in range(7):
+        next(it)
+    resumed = cogfeed.Loader(daemon.address, "demo", **kwargs)
+    resumed.load_state_dict(loader.state_dict())
+    assert [b.image.tobytes() for b in resumed] == [b.image.tobytes() for b in full[7:]]
+    with pytest.raises(cogfeed.InvalidRequest) as e:
+        list(cogfeed.Loader(daemon.address, "demo", order="blocked"))
+    assert "random, local" in e.value.details
+    with pytest.raises(cogfeed.CogfeedError) as e:
+        list(cogfeed.Loader(daemon.address, "demo", open_blocks=3))
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "order" in e.value.details
+
+
 def test_unknown_dataset_raises_naming_it(daemon):
     with pytest.raises(cogfeed.CogfeedError) as e:
         list(cogfeed.Loader(daemon.address, "nope"))

@@ -290,7 +290,7 @@ impl Auth {
     }
 
     /// Whether a status-page request with `authorization` may see the page: the metrics
-    /// token (see [`Auth::status_token`]); anyone when no metrics token is set and tokens
+    /// token (see `Auth::status_token`); anyone when no metrics token is set and tokens
     /// are not required; nobody when tokens are required and no metrics token is set.
     pub fn status_allowed(&self, authorization: Option<&[u8]>) -> bool {
         if self.metrics.is_none() {

@@ -169,15 +169,27 @@ struct Planned {
     stream_bytes: u64,
 }
 
+/// The sizes a stream is planned with: bytes per sample sent and per sample while it
+/// loads, and the decoded-tile cache's capacity (a locality order's default dial).
+struct Sizes {
+    sample_bytes: u64,
+    load_bytes: u64,
+    cache_bytes: u64,
+}
+
 fn plan_stream(
     ds: &Dataset,
     limits: &LimitsConfig,
     r: &pb::StreamBatchesRequest,
     kind: SamplerKind,
     build: impl FnOnce(PlanSpec) -> Result<Plan, String>,
-    sample_bytes: u64,
-    load_bytes: u64,
+    sizes: Sizes,
 ) -> Result<Planned, Error> {
+    let Sizes {
+        sample_bytes,
+        load_bytes,
+        cache_bytes,
+    } = sizes;
     let batch_bytes = sample_bytes.saturating_mul(u64::from(r.batch_size));
     if batch_bytes > limits.max_batch_bytes {
         return Err(invalid(format!(
@@ -195,6 +207,7 @@ fn plan_stream(
         samples_per_epoch: r.samples_per_epoch,
     };
     let plan = build(spec).map_err(|m| invalid(format!("dataset {}: {m}", ds.name)))?;
+    let plan = super::order::ordered(plan, ds, r, sample_bytes, cache_bytes)?;
     if r.cursor > plan.len() {
         return Err(invalid(format!(
             "cursor {} is past the end of the epoch ({} samples)",
@@ -229,7 +242,8 @@ fn plan_stream(
     let queued = limits.stream_queue_batches as u64 + BATCHES_BESIDE_QUEUE;
     let stream_bytes = batch_bytes
         .saturating_mul(queued)
-        .saturating_add(load_bytes.saturating_mul(reserved as u64));
+        .saturating_add(load_bytes.saturating_mul(reserved as u64))
+        .saturating_add(plan.order_bytes());
     Ok(Planned {
         plan,
         share,
@@ -248,6 +262,7 @@ fn map_stream_job(
     memory: &MemoryBudget,
     r: &pb::StreamBatchesRequest,
     kind: SamplerKind,
+    cache_bytes: u64,
 ) -> Result<Admitted, Error> {
     let refuse = |what: &str| {
         Err(invalid(format!(
@@ -359,7 +374,12 @@ fn map_stream_job(
         let centres = Arc::new(map.centres_for(spec.patch, split));
         Plan::points(spec, grids, centres)
     };
-    let p = plan_stream(ds, limits, r, kind, build, sample_bytes, load_bytes)?;
+    let sizes = Sizes {
+        sample_bytes,
+        load_bytes,
+        cache_bytes,
+    };
+    let p = plan_stream(ds, limits, r, kind, build, sizes)?;
     Ok(Admitted {
         job: StreamJob {
             dataset: ds.clone(),
@@ -456,7 +476,7 @@ fn single_job(
     }
     check_level(&ds, r.level)?;
     if let Some(map) = &ds.map {
-        return map_stream_job(&ds, map, limits, memory, r, kind);
+        return map_stream_job(&ds, map, limits, memory, r, kind, catalog.cache_bytes());
     }
     if !r.layers.is_empty() {
         return Err(invalid(format!(
@@ -511,8 +531,11 @@ fn single_job(
         r,
         kind,
         |spec| Plan::new(spec, grids),
-        sample_bytes,
-        sample_bytes,
+        Sizes {
+            sample_bytes,
+            load_bytes: sample_bytes,
+            cache_bytes: catalog.cache_bytes(),
+        },
     )?;
     let normalize = r.normalize.then(|| {
         bands

@@ -14,6 +14,7 @@ pub mod feed;
 pub mod footprint;
 pub mod job;
 pub mod live;
+pub mod order;
 pub mod peer;
 pub mod stream;
 pub mod synthetic;

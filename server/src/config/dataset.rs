@@ -227,7 +227,8 @@ pub struct LayerConfig {
 }
 
 /// `[datasets.sampling]`: which drawn samples are kept (STAC datasets, random and aligned
-/// samplers). A sample that fails is redrawn deterministically.
+/// samplers; a sample that fails is redrawn deterministically), and the order an epoch is
+/// served in (`order`, `open_blocks`, `visits`: every dataset).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SamplingConfig {
@@ -249,6 +250,51 @@ pub struct SamplingConfig {
     /// balanced samplers; a grid or points sampler keeps its samples).
     #[serde(default)]
     pub require_full_series: bool,
+    /// How an epoch is ordered: `"random"` (the default: the sampler's own order) or
+    /// `"local"` (samples grouped by the reference grid's tile block and served so that
+    /// samples sharing source tiles come close together). Requests may override it.
+    #[serde(default)]
+    pub order: Option<String>,
+    /// `order = "local"`: groups served side by side (1..=4096; default: sized from the
+    /// tile cache, see the sampling docs).
+    #[serde(default)]
+    pub open_blocks: Option<u32>,
+    /// `order = "local"`: times each group is opened per epoch (1..=64; default 1).
+    #[serde(default)]
+    pub visits: Option<u32>,
+}
+
+impl SamplingConfig {
+    /// The keys that keep or reject samples (STAC datasets only), as opposed to the order.
+    pub fn has_rules(&self) -> bool {
+        self.min_valid_fraction.is_some()
+            || self.mask_layer.is_some()
+            || !self.invalid_classes.is_empty()
+            || self.max_attempts.is_some()
+            || self.require_full_series
+    }
+
+    /// The keys that order the epoch.
+    pub fn has_order(&self) -> bool {
+        self.order.is_some() || self.open_blocks.is_some() || self.visits.is_some()
+    }
+
+    /// What a dataset's version hashes: the rules as they were written before the order
+    /// keys existed (so versions of older configs stay), then the order keys where set.
+    pub fn version_text(&self) -> String {
+        let rules = format!(
+            "SamplingConfig {{ min_valid_fraction: {:?}, mask_layer: {:?}, invalid_classes: {:?}, max_attempts: {:?}, require_full_series: {:?} }}",
+            self.min_valid_fraction, self.mask_layer, self.invalid_classes, self.max_attempts, self.require_full_series
+        );
+        if self.has_order() {
+            format!(
+                "{rules}\torder\t{:?}\t{:?}\t{:?}",
+                self.order, self.open_blocks, self.visits
+            )
+        } else {
+            rules
+        }
+    }
 }
 
 /// `[datasets.balance]`: class-balanced sampling from a class layer's histograms.

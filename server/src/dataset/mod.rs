@@ -73,6 +73,8 @@ pub struct Dataset {
     /// STAC datasets: Items, layers and reference grids (scenes are then the drawable
     /// Items' reference assets). None for scene datasets.
     pub map: Option<Arc<crate::dataset::map::MapSpace>>,
+    /// `[datasets.sampling]`'s order: what a request that names none gets.
+    pub order: crate::sampler::OrderChoice,
 }
 
 /// Every dataset of the configuration. A dataset whose objects change is re-opened in
@@ -94,6 +96,8 @@ pub struct Catalog {
     refresh_failures: Mutex<HashMap<String, (std::time::Instant, u32)>>,
     /// Configured datasets that failed to open and serve nothing yet.
     unready: RwLock<BTreeMap<String, Unready>>,
+    /// The decoded-tile cache's capacity, which sizes a locality order's default dial.
+    cache_bytes: u64,
 }
 
 fn stem(url: &str) -> &str {
@@ -210,6 +214,7 @@ impl Catalog {
             refreshing: Mutex::new(HashSet::new()),
             refresh_failures: Mutex::new(HashMap::new()),
             unready: RwLock::new(unready),
+            cache_bytes: crate::config::CacheConfig::default().capacity_bytes,
         })
     }
 
@@ -222,6 +227,18 @@ impl Catalog {
     pub fn unready_message(&self, name: &str) -> Option<String> {
         let u = self.unready.read().ok()?;
         u.get(name).map(|u| u.client_message(name))
+    }
+
+    /// Tells the catalog the decoded-tile cache's capacity (streams size the default
+    /// `open_blocks` of a locality order from it).
+    pub fn with_cache_bytes(mut self, bytes: u64) -> Self {
+        self.cache_bytes = bytes;
+        self
+    }
+
+    /// The decoded-tile cache's capacity.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_bytes
     }
 
     /// Configured datasets, ready or not.
@@ -480,6 +497,10 @@ impl Catalog {
         }
         let mut scenes = Vec::with_capacity(good.len());
         let mut hasher = Sha256::new();
+        // The configured order enters the version where set (older versions stay).
+        if let Some(sm) = c.sampling.as_ref().filter(|s| s.has_order()) {
+            hasher.update(format!("order\t{}\n", sm.version_text()));
+        }
         for (index, (url, (object, label))) in good.into_iter().enumerate() {
             hasher.update(format!(
                 "{url}\t{}\t{}\n",
@@ -543,6 +564,7 @@ impl Catalog {
             levels,
             on_corrupt: c.on_corrupt,
             map: None,
+            order: configured_order(c),
         })
     }
 
@@ -587,6 +609,7 @@ impl Catalog {
             levels: 1,
             on_corrupt: c.on_corrupt,
             map: Some(Arc::new(map)),
+            order: configured_order(c),
         })
     }
 
@@ -607,4 +630,12 @@ impl Catalog {
             .map(|d| d.values().cloned().collect())
             .unwrap_or_default()
     }
+}
+
+/// A dataset's configured order (checked with the config: a bad one never gets here).
+fn configured_order(c: &DatasetConfig) -> crate::sampler::OrderChoice {
+    c.sampling
+        .as_ref()
+        .and_then(|s| crate::sampler::OrderChoice::configured(s.order.as_deref(), s.open_blocks, s.visits).ok())
+        .unwrap_or_default()
 }

@@ -139,6 +139,7 @@ impl Config {
                 invalid_classes: vec![0, 1, 3, 8, 9, 10],
                 max_attempts: None,
                 require_full_series: false,
+                ..Default::default()
             }),
             split: Some(SplitConfig {
                 cell_size: 1000.0,

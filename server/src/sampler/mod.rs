@@ -23,11 +23,15 @@
 use crate::rng;
 
 mod binomial;
+mod choice;
 mod feistel;
 mod local;
+mod share;
 
+pub use choice::OrderChoice;
 use feistel::Feistel;
 pub use local::{LocalOrder, LocalSpec, Member, Order};
+pub use share::Share;
 
 /// The kind of sampler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,6 +329,15 @@ impl Plan {
         Ok(self)
     }
 
+    /// Pixels of the largest tile block of the plan's scenes (at its level).
+    pub fn largest_block(&self) -> u64 {
+        self.scenes
+            .iter()
+            .map(|s| s.block_width.saturating_mul(s.block_height))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The locality order, when the plan has one.
     pub fn local_order(&self) -> Option<&LocalOrder> {
         self.local.as_deref()
@@ -480,62 +493,6 @@ fn grid_steps(size: u64, patch: u64, stride: u64) -> u64 {
         let to_cover = (size - patch).div_ceil(stride) + 1;
         let starting_inside = (size - 1) / stride + 1;
         to_cover.min(starting_inside)
-    }
-}
-
-/// Which global samples rank `rank` of `world` gets, in batches of `batch`, from `cursor`.
-///
-/// Full steps (`batch · world` samples) go to the ranks in order. The samples after the
-/// last full step are dropped (training: every rank gets the same number of equal
-/// batches), unless `keep_tail`: then they make one last, smaller step, split between the
-/// ranks in contiguous chunks of `ceil(rest / world)`, so a grid covers its scenes whole
-/// and some ranks get one batch more than others.
-#[derive(Debug, Clone, Copy)]
-pub struct Share {
-    pub batch: u64,
-    pub rank: u64,
-    pub world: u64,
-    pub cursor: u64,
-    pub epoch_len: u64,
-    pub keep_tail: bool,
-}
-
-impl Share {
-    fn full_steps(&self) -> u64 {
-        self.epoch_len.saturating_sub(self.cursor) / (self.batch * self.world)
-    }
-
-    /// This rank's part of the last, partial step (empty unless `keep_tail`).
-    fn tail(&self) -> std::ops::Range<u64> {
-        let base = self.cursor + self.full_steps() * self.batch * self.world;
-        if !self.keep_tail || base >= self.epoch_len {
-            return 0..0;
-        }
-        let chunk = (self.epoch_len - base).div_ceil(self.world);
-        let start = (base + self.rank * chunk).min(self.epoch_len);
-        start..(start + chunk).min(self.epoch_len)
-    }
-
-    /// Batches this rank gets.
-    pub fn batches(&self) -> u64 {
-        self.full_steps() + u64::from(!self.tail().is_empty())
-    }
-
-    /// Global sample indices of this rank's batch `k`.
-    pub fn samples(&self, k: u64) -> std::ops::Range<u64> {
-        if k >= self.full_steps() {
-            return self.tail();
-        }
-        let start = self.cursor + k * self.batch * self.world + self.rank * self.batch;
-        start..start + self.batch
-    }
-
-    /// Global cursor after batch `k` (all ranks done with that step).
-    pub fn cursor_after(&self, k: u64) -> u64 {
-        if k >= self.full_steps() {
-            return self.epoch_len;
-        }
-        self.cursor + (k + 1) * self.batch * self.world
     }
 }
 

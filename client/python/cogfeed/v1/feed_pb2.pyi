@@ -157,7 +157,7 @@ class LayerInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., assets: _Optional[_Iterable[str]] = ..., resolution: _Optional[float] = ..., resampling: _Optional[str] = ..., dtype: _Optional[str] = ..., bands: _Optional[int] = ..., nodata: _Optional[float] = ...) -> None: ...
 
 class StreamBatchesRequest(_message.Message):
-    __slots__ = ("dataset", "job", "sampler", "patch_size", "stride", "level", "batch_size", "seed", "epoch", "rank", "world_size", "cursor", "max_batches", "bands", "labels", "dtype", "normalize", "augment", "samples_per_epoch", "prefetch", "on_corrupt", "layers", "split", "mixture", "dataset_version")
+    __slots__ = ("dataset", "job", "sampler", "patch_size", "stride", "level", "batch_size", "seed", "epoch", "rank", "world_size", "cursor", "max_batches", "bands", "labels", "dtype", "normalize", "augment", "samples_per_epoch", "prefetch", "on_corrupt", "layers", "split", "mixture", "dataset_version", "order", "open_blocks", "visits")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     SAMPLER_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +183,9 @@ class StreamBatchesRequest(_message.Message):
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     MIXTURE_FIELD_NUMBER: _ClassVar[int]
     DATASET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    OPEN_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    VISITS_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     job: str
     sampler: Sampler
@@ -208,7 +211,10 @@ class StreamBatchesRequest(_message.Message):
     split: str
     mixture: _containers.RepeatedCompositeFieldContainer[MixturePart]
     dataset_version: str
-    def __init__(self, dataset: _Optional[str] = ..., job: _Optional[str] = ..., sampler: _Optional[_Union[Sampler, str]] = ..., patch_size: _Optional[int] = ..., stride: _Optional[int] = ..., level: _Optional[int] = ..., batch_size: _Optional[int] = ..., seed: _Optional[int] = ..., epoch: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., cursor: _Optional[int] = ..., max_batches: _Optional[int] = ..., bands: _Optional[_Iterable[int]] = ..., labels: _Optional[bool] = ..., dtype: _Optional[str] = ..., normalize: _Optional[bool] = ..., augment: _Optional[bool] = ..., samples_per_epoch: _Optional[int] = ..., prefetch: _Optional[int] = ..., on_corrupt: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., split: _Optional[str] = ..., mixture: _Optional[_Iterable[_Union[MixturePart, _Mapping]]] = ..., dataset_version: _Optional[str] = ...) -> None: ...
+    order: str
+    open_blocks: int
+    visits: int
+    def __init__(self, dataset: _Optional[str] = ..., job: _Optional[str] = ..., sampler: _Optional[_Union[Sampler, str]] = ..., patch_size: _Optional[int] = ..., stride: _Optional[int] = ..., level: _Optional[int] = ..., batch_size: _Optional[int] = ..., seed: _Optional[int] = ..., epoch: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., cursor: _Optional[int] = ..., max_batches: _Optional[int] = ..., bands: _Optional[_Iterable[int]] = ..., labels: _Optional[bool] = ..., dtype: _Optional[str] = ..., normalize: _Optional[bool] = ..., augment: _Optional[bool] = ..., samples_per_epoch: _Optional[int] = ..., prefetch: _Optional[int] = ..., on_corrupt: _Optional[str] = ..., layers: _Optional[_Iterable[str]] = ..., split: _Optional[str] = ..., mixture: _Optional[_Iterable[_Union[MixturePart, _Mapping]]] = ..., dataset_version: _Optional[str] = ..., order: _Optional[str] = ..., open_blocks: _Optional[int] = ..., visits: _Optional[int] = ...) -> None: ...
 
 class MixturePart(_message.Message):
     __slots__ = ("dataset", "weight")

@@ -346,7 +346,9 @@ impl MapSpace {
             }
         }
         if c.sampling.is_some() || c.split.is_some() {
-            hasher.update(format!("sampling\t{:?}\t{:?}\n", c.sampling, c.split));
+            let sampling = c.sampling.as_ref().map(|s| s.version_text());
+            let sampling = sampling.as_ref().map_or("None".to_string(), |t| format!("Some({t})"));
+            hasher.update(format!("sampling\t{sampling}\t{:?}\n", c.split));
         }
         if let Some(b) = &c.balance {
             hasher.update(format!("balance\t{b:?}\n"));
@@ -394,6 +396,7 @@ impl MapSpace {
         let valid = c
             .sampling
             .as_ref()
+            .filter(|sm| sm.has_rules())
             .map(|sm| {
                 let mask_layer = match &sm.mask_layer {
                     Some(m) => Some(

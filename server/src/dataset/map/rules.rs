@@ -16,6 +16,11 @@ pub fn check_config(config: &Config) -> Result<()> {
 /// The keys of STAC datasets, checked once (and refused on other datasets).
 pub fn check(d: &DatasetConfig) -> Result<()> {
     let bad = |m: String| Err(Error::InvalidArgument(format!("dataset {}: {m}", d.name)));
+    if let Some(sm) = &d.sampling
+        && let Err(m) = crate::sampler::OrderChoice::configured(sm.order.as_deref(), sm.open_blocks, sm.visits)
+    {
+        return bad(format!("sampling: {m}"));
+    }
     if d.stac.is_none() {
         let stray = [
             ("layers", !d.layers.is_empty()),
@@ -25,7 +30,8 @@ pub fn check(d: &DatasetConfig) -> Result<()> {
             ("priority", d.priority.is_some()),
             ("mosaic", d.mosaic.is_some()),
             ("aoi", d.aoi.is_some()),
-            ("sampling", d.sampling.is_some()),
+            // The order keys apply to every dataset.
+            ("sampling", d.sampling.as_ref().is_some_and(|s| s.has_rules())),
             ("points", d.points.is_some()),
             ("split", d.split.is_some()),
             ("balance", d.balance.is_some()),
@@ -157,6 +163,24 @@ pub fn check(d: &DatasetConfig) -> Result<()> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// The sampling rules hash as they did before the order keys existed.
+    #[test]
+    fn sampling_versions_stay_for_configs_without_an_order() {
+        let mut sm = crate::config::SamplingConfig {
+            min_valid_fraction: Some(0.5),
+            mask_layer: Some("scl".into()),
+            invalid_classes: vec![0, 1, 3],
+            ..Default::default()
+        };
+        assert_eq!(
+            sm.version_text(),
+            "SamplingConfig { min_valid_fraction: Some(0.5), mask_layer: Some(\"scl\"), invalid_classes: [0, 1, 3], max_attempts: None, require_full_series: false }"
+        );
+        assert!(sm.has_rules() && !sm.has_order());
+        sm.order = Some("local".into());
+        assert!(sm.version_text().ends_with("\torder\tSome(\"local\")\tNone\tNone"));
+    }
 
     fn stac(layer: &str) -> Config {
         Config::parse(&format!(
