@@ -357,7 +357,7 @@ fn map_stream_job(
     };
     let grids: Vec<SceneGrid> = (0..ds.scenes.len()).map(|i| map.scene_grid(i)).collect();
     let load_bytes = sample_bytes.saturating_add(working);
-    let build = |spec: PlanSpec| {
+    let plan_of = |spec: PlanSpec| {
         if kind == SamplerKind::Balanced {
             let b = map
                 .balance
@@ -374,6 +374,7 @@ fn map_stream_job(
         let centres = Arc::new(map.centres_for(spec.patch, split));
         Plan::points(spec, grids, centres)
     };
+    let build = |spec: PlanSpec| plan_of(spec).map(|p| p.sharing_grids(map.grid_ids()));
     let sizes = Sizes {
         sample_bytes,
         load_bytes,

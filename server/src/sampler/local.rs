@@ -3,7 +3,8 @@
 //!
 //! An epoch's samples are grouped by the block of the reference grid they start in (a
 //! block is a tile of the scene, or a square of tiles when the archive has too many to
-//! list). Each group is cut into `visits` chunks, the chunks are shuffled by the seed and
+//! list). Scenes on one grid (the dates of one tile of a time series) share their groups:
+//! a group holds the block's samples of every such scene, which read the same tiles. Each group is cut into `visits` chunks, the chunks are shuffled by the seed and
 //! laid end to end, and that sequence is read by `open_blocks` lanes side by side: the
 //! `j`-th sample comes from lane `perm_round(j mod open)` at round `j / open`, with a
 //! seeded permutation of the lanes per round. So about `open_blocks` groups are open at any
@@ -58,9 +59,9 @@ pub enum Member {
     At(usize, u64, u64),
 }
 
-/// The units of one scene the groups tile: window origins (random) or window indices
-/// (aligned, grid).
-#[derive(Debug, Clone, Copy)]
+/// The units of one grid the groups tile: window origins (random) or window indices
+/// (aligned, grid), the same in each of the grid's scenes.
+#[derive(Debug, Clone)]
 struct Space {
     units_w: u64,
     units_h: u64,
@@ -68,7 +69,8 @@ struct Space {
     cell_h: u64,
     groups_across: u64,
     first_group: u64,
-    first_natural: u64,
+    /// The scenes on this grid and the natural index of each one's first unit.
+    scenes: Vec<(usize, u64)>,
 }
 
 #[derive(Debug, Clone)]
@@ -99,6 +101,9 @@ pub struct LocalOrder {
 pub struct Basis<'a> {
     pub kind: SamplerKind,
     pub scenes: &'a [SceneGrid],
+    /// Scene → grid: scenes with one id lie on one grid (equal `SceneGrid`s) and share
+    /// groups. None: every scene its own.
+    pub grid_ids: Option<&'a [u32]>,
     pub patch: u64,
     pub stride: u64,
     pub len: u64,
@@ -134,7 +139,9 @@ impl LocalOrder {
                 if b.kind == SamplerKind::Random {
                     let sizes: Vec<u64> = spaces
                         .iter()
-                        .flat_map(|s| (0..groups_of(s)).map(move |k| rect(s, k).2 * rect(s, k).3))
+                        .flat_map(|s| {
+                            (0..groups_of(s)).map(move |k| rect(s, k).2 * rect(s, k).3 * s.scenes.len() as u64)
+                        })
                         .collect();
                     let mut r = rng::Rng::new(rng::key(&[b.key, 0xC0]));
                     let counts = binomial::multinomial(&mut r, b.len, &sizes);
@@ -147,7 +154,11 @@ impl LocalOrder {
                 let centres = b.centres.ok_or("a points plan without points")?;
                 let block = |c: &[u64; 3]| {
                     let s = &b.scenes[c[0] as usize];
-                    (c[0], c[2] / s.block_height.max(1), c[1] / s.block_width.max(1))
+                    let grid = b
+                        .grid_ids
+                        .and_then(|g| g.get(c[0] as usize))
+                        .map_or(c[0], |&g| g as u64);
+                    (grid, c[2] / s.block_height.max(1), c[1] / s.block_width.max(1))
                 };
                 let mut order: Vec<u32> = (0..centres.len() as u32).collect();
                 order.sort_by_key(|&i| block(&centres[i as usize].1));
@@ -211,8 +222,8 @@ impl LocalOrder {
     /// Bytes this order holds.
     pub fn bytes(&self) -> u64 {
         let groups = match &self.groups {
-            Groups::Draws { spaces, counts } => spaces.len() * size_of::<Space>() + counts.len() * 8,
-            Groups::Windows { spaces } => spaces.len() * size_of::<Space>(),
+            Groups::Draws { spaces, counts } => space_bytes(spaces) + counts.len() * 8,
+            Groups::Windows { spaces } => space_bytes(spaces),
             Groups::Points { order, starts } => order.len() * 4 + starts.len() * 8,
         };
         (groups + self.chunks.len() * 16) as u64
@@ -265,9 +276,9 @@ impl LocalOrder {
         match &self.groups {
             Groups::Draws { counts, .. } => counts[g as usize],
             Groups::Windows { spaces } => {
-                let (_, s) = space_of(spaces, g);
+                let s = space_of(spaces, g);
                 let (_, _, w, h) = rect(s, g - s.first_group);
-                w * h
+                w * h * s.scenes.len() as u64
             }
             Groups::Points { starts, .. } => starts[g as usize + 1] - starts[g as usize],
         }
@@ -286,18 +297,22 @@ impl LocalOrder {
         let shuffled = |count: u64| Feistel::new(count, rng::key(&[self.key, g, 0xC3])).apply(m);
         match &self.groups {
             Groups::Draws { spaces, .. } => {
-                let (scene, s) = space_of(spaces, g);
+                let s = space_of(spaces, g);
                 let (x0, y0, w, h) = rect(s, g - s.first_group);
                 let mut r = rng::Rng::new(rng::key(&[self.key, g, m, 0xC4]));
+                // Uniform over the group's scenes (one grid: equal areas), then inside.
+                let scene = s.scenes[r.below(s.scenes.len() as u64) as usize].0;
                 let x = x0 + r.below(w.max(1));
                 let y = y0 + r.below(h.max(1));
                 Member::At(scene, x, y)
             }
             Groups::Windows { spaces } => {
-                let (_, s) = space_of(spaces, g);
+                let s = space_of(spaces, g);
                 let (x0, y0, w, h) = rect(s, g - s.first_group);
-                let k = shuffled(w * h);
-                Member::Natural(s.first_natural + (y0 + k / w) * s.units_w + x0 + k % w)
+                let k = shuffled(w * h * s.scenes.len() as u64);
+                let (area, (_, first)) = (w * h, s.scenes[(k / (w * h)) as usize]);
+                let k = k % area;
+                Member::Natural(first + (y0 + k / w) * s.units_w + x0 + k % w)
             }
             Groups::Points { order, starts } => {
                 let first = starts[g as usize];
@@ -308,12 +323,15 @@ impl LocalOrder {
     }
 }
 
-/// Each scene's units and blocks (`widen` tiles a side per block).
+/// Each grid's units, blocks and scenes (`widen` tiles a side per block), grids in the
+/// order of their first scene.
 fn spaces(b: &Basis, widen: u64) -> Vec<Space> {
     let (p, stride) = (b.patch.max(1), b.stride.max(1));
-    let mut out = Vec::with_capacity(b.scenes.len());
-    let (mut first_group, mut first_natural) = (0u64, 0u64);
-    for s in b.scenes {
+    let mut out: Vec<Space> = Vec::new();
+    // Grid id → its space in `out`.
+    let mut index = std::collections::HashMap::new();
+    let mut first_natural = 0u64;
+    for (i, s) in b.scenes.iter().enumerate() {
         let bw = s.block_width.max(1).saturating_mul(widen);
         let bh = s.block_height.max(1).saturating_mul(widen);
         let (units_w, units_h, cell_w, cell_h) = match b.kind {
@@ -331,30 +349,51 @@ fn spaces(b: &Basis, widen: u64) -> Vec<Space> {
                 (bh / stride).max(1),
             ),
         };
-        let space = Space {
-            units_w,
-            units_h,
-            cell_w,
-            cell_h,
-            groups_across: units_w.div_ceil(cell_w),
-            first_group,
-            first_natural,
-        };
-        first_group += groups_of(&space);
+        let grid = b.grid_ids.and_then(|g| g.get(i)).map(|&g| g as u64);
+        // A shared grid only where the scenes really are alike (else: a space of its own).
+        let shared = grid.and_then(|g| index.get(&g).copied()).filter(|&k: &usize| {
+            let o: &Space = &out[k];
+            (o.units_w, o.units_h, o.cell_w, o.cell_h) == (units_w, units_h, cell_w, cell_h)
+        });
+        match shared {
+            Some(k) => out[k].scenes.push((i, first_natural)),
+            None => {
+                if let Some(g) = grid {
+                    index.entry(g).or_insert(out.len());
+                }
+                out.push(Space {
+                    units_w,
+                    units_h,
+                    cell_w,
+                    cell_h,
+                    groups_across: units_w.div_ceil(cell_w),
+                    first_group: 0,
+                    scenes: vec![(i, first_natural)],
+                });
+            }
+        }
         first_natural += units_w * units_h;
-        out.push(space);
+    }
+    let mut first_group = 0;
+    for space in &mut out {
+        space.first_group = first_group;
+        first_group += groups_of(space);
     }
     out
+}
+
+fn space_bytes(spaces: &[Space]) -> usize {
+    spaces.iter().map(|s| size_of::<Space>() + s.scenes.len() * 16).sum()
 }
 
 fn groups_of(s: &Space) -> u64 {
     s.groups_across * s.units_h.div_ceil(s.cell_h)
 }
 
-/// The scene holding group `g`, and its space.
-fn space_of(spaces: &[Space], g: u64) -> (usize, &Space) {
+/// The space holding group `g`.
+fn space_of(spaces: &[Space], g: u64) -> &Space {
     let i = spaces.partition_point(|s| s.first_group <= g).saturating_sub(1);
-    (i, &spaces[i])
+    &spaces[i]
 }
 
 /// Block `k` of a scene: first unit column and row, width and height in units.
@@ -366,8 +405,9 @@ fn rect(s: &Space, k: u64) -> (u64, u64, u64, u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Plan, PlanSpec};
+    use super::super::{Plan, PlanSpec, WindowSpec};
     use super::*;
+    use std::collections::HashSet;
     use std::sync::Arc;
 
     fn grid(w: u64, h: u64) -> SceneGrid {
@@ -519,6 +559,55 @@ mod tests {
                     c + 32 <= g.width && r + 32 <= g.height
                 }));
             }
+        }
+    }
+
+    /// Scenes on one grid (the dates of a tile) share their groups: fewer groups, a group's
+    /// samples from every such scene at one block, the same multiset (grid) and law (random).
+    #[test]
+    fn scenes_on_one_grid_share_their_groups() {
+        let scenes = vec![grid(1024, 1024), grid(1024, 1024), grid(700, 300), grid(1024, 1024)];
+        let ids = vec![0, 0, 1, 0];
+        let plan = Plan::new(spec(SamplerKind::Grid, 64, 64, 0), scenes.clone()).unwrap();
+        let own = plan.clone().with_order(local(1, 1)).unwrap();
+        let shared = plan.clone().sharing_grids(ids.clone()).with_order(local(1, 1)).unwrap();
+        assert_eq!(own.local_order().unwrap().group_count(), 16 * 3 + 6);
+        assert_eq!(shared.local_order().unwrap().group_count(), 16 + 6);
+        let (mut a, mut b) = (windows(&plan), windows(&shared));
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!(a, b, "the same windows");
+        // One lane: the samples come group by group, each a block of one grid.
+        let order = shared.local_order().unwrap();
+        let mut runs: Vec<(u64, Vec<WindowSpec>)> = Vec::new();
+        for j in 0..shared.len() {
+            let g = order.group_of(j);
+            match runs.last_mut() {
+                Some((last, ws)) if *last == g => ws.push(shared.window(j)),
+                _ => runs.push((g, vec![shared.window(j)])),
+            }
+        }
+        assert_eq!(runs.len(), 22, "each group served once, whole");
+        for (_, group) in &runs {
+            let blocks: HashSet<_> = group.iter().map(|w| (w.col / 256, w.row / 256)).collect();
+            let in_scenes: HashSet<_> = group.iter().map(|w| w.scene).collect();
+            assert_eq!(blocks.len(), 1, "one block per group");
+            if !in_scenes.contains(&2) {
+                assert_eq!(
+                    (in_scenes, group.len()),
+                    (HashSet::from([0, 1, 3]), 48),
+                    "every date of the block"
+                );
+            }
+        }
+        let mut s = spec(SamplerKind::Random, 32, 32, 40_000);
+        s.seed = 9;
+        let random = Plan::new(s, scenes.clone()).unwrap().sharing_grids(ids);
+        for (open, visits) in [(1, 1), (8, 3)] {
+            let ordered = random.clone().with_order(local(open, visits)).unwrap();
+            let (chi, df) = chi_square(&ordered, &scenes, 32);
+            // df 255: the 0.001 quantile is about 335.
+            assert!(chi < 340.0, "shared grids, local {open}/{visits}: chi {chi} df {df}");
         }
     }
 

@@ -118,6 +118,8 @@ pub struct Plan {
     /// `order = "local"`: the epoch's samples grouped by block and dealt (None: the
     /// plan's own order).
     local: Option<std::sync::Arc<LocalOrder>>,
+    /// Scene → grid id, where scenes share a grid (a locality order groups them together).
+    grid_ids: Option<std::sync::Arc<Vec<u32>>>,
 }
 
 impl Plan {
@@ -188,6 +190,7 @@ impl Plan {
             centres: None,
             cells: None,
             local: None,
+            grid_ids: None,
         })
     }
 
@@ -221,6 +224,7 @@ impl Plan {
             centres: None,
             cells: Some(cells),
             local: None,
+            grid_ids: None,
         })
     }
 
@@ -274,6 +278,7 @@ impl Plan {
             len,
             centres: Some(centres),
             local: None,
+            grid_ids: None,
         })
     }
 
@@ -322,6 +327,7 @@ impl Plan {
                 len: self.len,
                 key: rng::key(&[self.spec.seed, self.spec.epoch, 0xC5]),
                 centres: self.centres.as_deref().map(|c| c.as_slice()),
+                grid_ids: self.grid_ids.as_deref().map(|g| g.as_slice()),
             },
             spec,
         )?;
@@ -336,6 +342,14 @@ impl Plan {
             .map(|s| s.block_width.saturating_mul(s.block_height))
             .max()
             .unwrap_or(0)
+    }
+
+    /// Tells the plan which scenes lie on one grid (`ids[scene]`, equal for the dates of
+    /// one tile): a locality order then groups their samples together. Set before
+    /// [`with_order`](Self::with_order); ignored when the lengths differ.
+    pub fn sharing_grids(mut self, ids: Vec<u32>) -> Self {
+        self.grid_ids = (ids.len() == self.scenes.len()).then(|| std::sync::Arc::new(ids));
+        self
     }
 
     /// The locality order, when the plan has one.

@@ -292,6 +292,19 @@ impl MapSpace {
         }
     }
 
+    /// Scene → an id shared by the scenes on one reference grid (CRS, transform, shape and
+    /// blocks alike: the dates of one tile), so a locality order groups them together.
+    pub fn grid_ids(&self) -> Vec<u32> {
+        let mut seen: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+        self.grids
+            .iter()
+            .map(|g| {
+                let next = seen.len() as u32;
+                *seen.entry(format!("{g:?}")).or_insert(next)
+            })
+            .collect()
+    }
+
     /// The footprint bounds of `window` (reference-grid pixels of its scene).
     pub fn bounds(&self, window: &WindowSpec) -> [f64; 4] {
         let g = &self.grids[window.scene as usize];
