@@ -136,6 +136,15 @@ impl LocalOrder {
                     }
                     widen *= 2;
                 };
+                // Widening merges the blocks of a scene, never scenes: an archive of many
+                // small scenes on distinct grids can stay past the cap. Refuse it before
+                // the chunks are made (their memory is bounded, whatever the request).
+                let n = spaces.last().map_or(0, |s| s.first_group + groups_of(s));
+                if n.saturating_mul(visits) > MAX_CHUNKS {
+                    return Err(format!(
+                        "{n} groups × {visits} visits is over {MAX_CHUNKS} chunks (scenes on distinct grids are groups of their own): lower visits, or use order = \"random\""
+                    ));
+                }
                 if b.kind == SamplerKind::Random {
                     let sizes: Vec<u64> = spaces
                         .iter()
@@ -609,6 +618,18 @@ mod tests {
             // df 255: the 0.001 quantile is about 335.
             assert!(chi < 340.0, "shared grids, local {open}/{visits}: chi {chi} df {df}");
         }
+    }
+
+    /// Many small scenes on distinct grids cannot be widened below the cap: the order is
+    /// refused before its chunks exist, and accepted with fewer visits.
+    #[test]
+    fn too_many_groups_are_refused_before_they_are_made() {
+        let scenes: Vec<SceneGrid> = (0..300_000).map(|_| grid(64, 64)).collect();
+        let plan = Plan::new(spec(SamplerKind::Grid, 64, 64, 0), scenes).unwrap();
+        let e = plan.clone().with_order(local(4, 8)).unwrap_err();
+        assert!(e.contains("300000 groups × 8 visits"), "{e}");
+        let ok = plan.with_order(local(4, 2)).unwrap();
+        assert!(ok.order_bytes() < 64 << 20, "{}", ok.order_bytes());
     }
 
     /// Consecutive samples share blocks: with `open_blocks` lanes, a batch of 16 touches
