@@ -579,7 +579,11 @@ mod tests {
         let ids = vec![0, 0, 1, 0];
         let plan = Plan::new(spec(SamplerKind::Grid, 64, 64, 0), scenes.clone()).unwrap();
         let own = plan.clone().with_order(local(1, 1)).unwrap();
-        let shared = plan.clone().sharing_grids(ids.clone()).with_order(local(1, 1)).unwrap();
+        let shared = plan
+            .clone()
+            .sharing_grids(Arc::new(ids.clone()))
+            .with_order(local(1, 1))
+            .unwrap();
         assert_eq!(own.local_order().unwrap().group_count(), 16 * 3 + 6);
         assert_eq!(shared.local_order().unwrap().group_count(), 16 + 6);
         let (mut a, mut b) = (windows(&plan), windows(&shared));
@@ -611,7 +615,7 @@ mod tests {
         }
         let mut s = spec(SamplerKind::Random, 32, 32, 40_000);
         s.seed = 9;
-        let random = Plan::new(s, scenes.clone()).unwrap().sharing_grids(ids);
+        let random = Plan::new(s, scenes.clone()).unwrap().sharing_grids(Arc::new(ids));
         for (open, visits) in [(1, 1), (8, 3)] {
             let ordered = random.clone().with_order(local(open, visits)).unwrap();
             let (chi, df) = chi_square(&ordered, &scenes, 32);

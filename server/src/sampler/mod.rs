@@ -347,8 +347,8 @@ impl Plan {
     /// Tells the plan which scenes lie on one grid (`ids[scene]`, equal for the dates of
     /// one tile): a locality order then groups their samples together. Set before
     /// [`with_order`](Self::with_order); ignored when the lengths differ.
-    pub fn sharing_grids(mut self, ids: Vec<u32>) -> Self {
-        self.grid_ids = (ids.len() == self.scenes.len()).then(|| std::sync::Arc::new(ids));
+    pub fn sharing_grids(mut self, ids: std::sync::Arc<Vec<u32>>) -> Self {
+        self.grid_ids = (ids.len() == self.scenes.len()).then_some(ids);
         self
     }
 

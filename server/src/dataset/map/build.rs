@@ -538,6 +538,7 @@ impl MapSpace {
             items,
             bboxes,
             drawn,
+            grid_ids: Arc::new(super::grid_ids_of(&grids)),
             grids,
             mosaic_all: c.mosaic.as_deref() == Some("all"),
             fixed,

@@ -180,6 +180,9 @@ pub struct MapSpace {
     pub drawn: Vec<usize>,
     /// Scene index → reference grid.
     pub grids: Vec<RefGrid>,
+    /// Scene index → an id shared by the scenes on one reference grid (the dates of one
+    /// tile), computed once: a locality order groups their samples together.
+    grid_ids: Arc<Vec<u32>>,
     /// Same-day mosaics (within a collection) or every Item.
     mosaic_all: bool,
     /// The dataset's fixed sample CRS (None: native).
@@ -294,15 +297,8 @@ impl MapSpace {
 
     /// Scene → an id shared by the scenes on one reference grid (CRS, transform, shape and
     /// blocks alike: the dates of one tile), so a locality order groups them together.
-    pub fn grid_ids(&self) -> Vec<u32> {
-        let mut seen: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
-        self.grids
-            .iter()
-            .map(|g| {
-                let next = seen.len() as u32;
-                *seen.entry(format!("{g:?}")).or_insert(next)
-            })
-            .collect()
+    pub fn grid_ids(&self) -> Arc<Vec<u32>> {
+        self.grid_ids.clone()
     }
 
     /// The footprint bounds of `window` (reference-grid pixels of its scene).
@@ -728,4 +724,16 @@ fn append(bytes: &mut Vec<u8>, part: Vec<u8>) {
     } else {
         bytes.extend_from_slice(&part);
     }
+}
+
+/// Scene → an id shared by equal reference grids (CRS, transform, shape and blocks).
+fn grid_ids_of(grids: &[RefGrid]) -> Vec<u32> {
+    let mut seen: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    grids
+        .iter()
+        .map(|g| {
+            let next = seen.len() as u32;
+            *seen.entry(format!("{g:?}")).or_insert(next)
+        })
+        .collect()
 }
