@@ -107,7 +107,8 @@ impl App {
             Some(t) => Some(tls::Reloading::new(t.clone())?),
             None => None,
         };
-        let cache = TileCache::with_metrics(config.cache.capacity_bytes, Some(metrics.clone()));
+        let cache = TileCache::with_metrics(config.cache.capacity_bytes, Some(metrics.clone()))
+            .with_tiers(tiers(&config.cache, &metrics).await?);
         let mut tiles: Arc<dyn TileSource> = Arc::new(cache.clone());
         let cluster = match &config.cluster {
             Some(c) => {
@@ -432,4 +433,25 @@ fn readiness(catalog: &Catalog, serving: bool, dataset: Option<&str>) -> (axum::
             ),
         )
     }
+}
+
+/// The tiers below the decoded cache that `[cache]` asks for (compressed RAM, disk).
+async fn tiers(c: &crate::config::CacheConfig, metrics: &Arc<Metrics>) -> Result<crate::tiles::tiers::Tiers> {
+    use crate::tiles::{compressed::CompressedTier, disk::DiskTier};
+    let compressed =
+        (c.compressed_bytes() > 0).then(|| CompressedTier::new(c.compressed_bytes(), Some(metrics.clone())));
+    let disk = match c.disk_dir() {
+        Some(dir) => {
+            let tier = DiskTier::open(dir, c.disk_bytes, Some(metrics.clone()))
+                .await
+                .map_err(|e| Error::Io {
+                    context: "opening the disk tier".into(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+            tracing::info!(entries = tier.len(), bytes = tier.bytes(), "disk tier opened");
+            Some(tier)
+        }
+        None => None,
+    };
+    Ok(crate::tiles::tiers::Tiers::new(compressed, disk))
 }

@@ -53,6 +53,15 @@ pub struct Metrics {
     pub cache_evictions: IntCounter,
     pub cache_size_bytes: IntGauge,
     pub cache_capacity_bytes: IntGauge,
+    /// The tiers below the decoded cache (`compressed` RAM, `disk`), by tier.
+    pub tier_hits: IntCounterVec,
+    pub tier_misses: IntCounterVec,
+    pub tier_evictions: IntCounterVec,
+    pub tier_size_bytes: IntGaugeVec,
+    pub tier_capacity_bytes: IntGaugeVec,
+    /// Tier entries dropped unserved or unwritten, by tier and reason (`corrupt`,
+    /// `write_failed`, `backlog`).
+    pub tier_discarded: IntCounterVec,
     pub decode_seconds: HistogramVec,
     pub stage_seconds: HistogramVec,
     pub ready: IntGauge,
@@ -325,7 +334,7 @@ impl Metrics {
             tiles_loaded: counter_vec(
                 &r,
                 "cogfeed_tiles_loaded_total",
-                "Tiles loaded into this replica's caches, by source (store, peer)",
+                "Tiles loaded into this replica's caches, by source: store, compressed or disk (bytes decoded here), peer (decoded by their owner)",
                 &["source"],
             ),
             cache_hits: counter(&r, "cogfeed_cache_hits_total", "Tile cache hits"),
@@ -346,6 +355,42 @@ impl Metrics {
             ),
             cache_size_bytes: gauge(&r, "cogfeed_cache_size_bytes", "Decoded bytes held by the tile cache"),
             cache_capacity_bytes: gauge(&r, "cogfeed_cache_capacity_bytes", "Capacity of the tile cache"),
+            tier_hits: counter_vec(
+                &r,
+                "cogfeed_cache_tier_hits_total",
+                "Compressed tiles found in a tier below the decoded cache (compressed, disk)",
+                &["tier"],
+            ),
+            tier_misses: counter_vec(
+                &r,
+                "cogfeed_cache_tier_misses_total",
+                "Compressed tiles looked up in a tier and not found there",
+                &["tier"],
+            ),
+            tier_evictions: counter_vec(
+                &r,
+                "cogfeed_cache_tier_evictions_total",
+                "Compressed tiles evicted from a tier to stay within its capacity",
+                &["tier"],
+            ),
+            tier_size_bytes: gauge_vec(
+                &r,
+                "cogfeed_cache_tier_size_bytes",
+                "Compressed bytes held by a tier",
+                &["tier"],
+            ),
+            tier_capacity_bytes: gauge_vec(
+                &r,
+                "cogfeed_cache_tier_capacity_bytes",
+                "Capacity of a tier in bytes",
+                &["tier"],
+            ),
+            tier_discarded: counter_vec(
+                &r,
+                "cogfeed_cache_tier_discarded_total",
+                "Tier entries dropped: corrupt (a torn or damaged file, never served), write_failed, backlog (writes skipped while the disk lags)",
+                &["tier", "reason"],
+            ),
             decode_seconds: histogram_vec(
                 &r,
                 "cogfeed_decode_duration_seconds",

@@ -67,7 +67,7 @@ impl FleetTiles {
                         }
                     }
                 }
-                self.local.load(&object.cog, level, block).await
+                self.local.load(object, level, block).await
             })
             .await
             .map_err(|e: Arc<TiffError>| (*e).clone());

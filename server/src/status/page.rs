@@ -281,7 +281,23 @@ fn figures(h: &mut String, state: &StatusState) {
         ),
         ("connections open", format!("{}", m.connections_open.get())),
     ];
-    for (k, v) in rows {
+    let tiers = [("compressed", "compressed tier"), ("disk", "disk tier")]
+        .into_iter()
+        .filter(|(t, _)| m.tier_capacity_bytes.with_label_values(&[t]).get() > 0)
+        .map(|(t, name)| {
+            let get = |v: &prometheus::IntCounterVec| v.with_label_values(&[t]).get();
+            let held = m.tier_size_bytes.with_label_values(&[t]).get() as f64;
+            let cap = m.tier_capacity_bytes.with_label_values(&[t]).get() as f64;
+            let value = format!(
+                "{} of {} ({} hits, {} misses)",
+                bytes(held),
+                bytes(cap),
+                get(&m.tier_hits),
+                get(&m.tier_misses)
+            );
+            (name, value)
+        });
+    for (k, v) in rows.into_iter().chain(tiers) {
         let _ = write!(h, "<tr><th>{k}</th><td>{v}</td></tr>");
     }
     h.push_str("</table></div><div><h2>Object stores</h2><table id=\"stores\"><tr><th>store</th><th>requests</th><th>errors</th><th>bytes read</th><th>retries</th></tr>");

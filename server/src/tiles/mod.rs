@@ -5,10 +5,14 @@
 //! `try_get_with` gives single-flight: concurrent requests for one missing tile cause one
 //! range GET and one decode; the others wait for it. moka weights are u32, so tiles are
 //! weighed in KiB and caches larger than 4 GiB work. The cache knows nothing of a fleet:
-//! `cluster::FleetTiles` wraps it behind the same [`TileSource`] interface.
+//! `cluster::FleetTiles` wraps it behind the same [`TileSource`] interface. A miss gets its
+//! compressed bytes through [`tiers::Tiers`] (compressed RAM, disk, store).
 
+pub mod compressed;
+pub mod disk;
 pub mod open;
 pub mod region;
+pub mod tiers;
 
 pub use open::{open, open_object};
 
@@ -107,6 +111,7 @@ pub struct TileCache {
     cache: moka::future::Cache<TileKey, Tile>,
     stats: Arc<CacheStats>,
     metrics: Option<Arc<Metrics>>,
+    tiers: tiers::Tiers,
 }
 
 impl std::fmt::Debug for TileCache {
@@ -142,7 +147,19 @@ impl TileCache {
             cache: builder.build(),
             stats: Arc::new(CacheStats::default()),
             metrics,
+            tiers: tiers::Tiers::default(),
         }
+    }
+
+    /// This cache with `tiers` below it (compressed RAM, disk).
+    pub fn with_tiers(mut self, tiers: tiers::Tiers) -> Self {
+        self.tiers = tiers;
+        self
+    }
+
+    /// The tiers below this cache.
+    pub fn tiers(&self) -> &tiers::Tiers {
+        &self.tiers
     }
 
     /// Counters.
@@ -184,16 +201,17 @@ impl TileCache {
         }
     }
 
-    /// Fetches and decodes one block from the store.
-    pub(crate) async fn load(&self, cog: &Cog, level: usize, block: usize) -> TiffResult<Tile> {
-        let raw = cog.fetch_blocks(level, &[block]).await?;
+    /// Gets one block's compressed bytes (tiers, else the store) and decodes it.
+    pub(crate) async fn load(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile> {
+        let cog = &object.cog;
+        let (raw, source) = self.tiers.fetch(object, level, block).await?;
         let timer = self.metrics.as_ref().map(|m| {
             let codec = cog.level(level).map(|l| l.compression.name()).unwrap_or_default();
             Timer::start(&m.decode_seconds.with_label_values(&[codec.as_str()]))
         });
-        let mut decoded = cog.decode_blocks(level, vec![block], raw).await?;
+        let mut decoded = cog.decode_blocks(level, vec![block], vec![raw]).await?;
         drop(timer);
-        self.loaded_from("store");
+        self.loaded_from(source.label());
         let tile = decoded
             .pop()
             .ok_or_else(|| TiffError::Internal("no block decoded".into()))?;
@@ -203,7 +221,6 @@ impl TileCache {
     /// Block `block` of `level` of `object` from this replica's main cache, loaded from
     /// the store once; never asks a peer (what an owner does).
     pub async fn get_local(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile> {
-        let cog = &object.cog;
         let key = object.key(level, block);
         if let Some(tile) = self.cache.get(&key).await {
             self.hit();
@@ -214,7 +231,7 @@ impl TileCache {
             .cache
             .try_get_with(key, async {
                 loaded.store(true, Ordering::Relaxed);
-                self.load(cog, level, block).await
+                self.load(object, level, block).await
             })
             .await
             .map_err(|e: Arc<TiffError>| (*e).clone());
