@@ -24,6 +24,7 @@ against the first run's (target <= 1 %). Medians of
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -106,6 +107,8 @@ def main() -> None:
                                             time.sleep(2.0)
                                     finally:
                                         d.stop()
+                                    if name == "restart":
+                                        shutil.rmtree(disk, ignore_errors=True)
                                     key = f"{delay}ms/{order}/{name}"
                                     for k, v in r.items():
                                         results.setdefault(key, {}).setdefault(k, []).append(v)
