@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cogfeed_client::{Batch, Client, pb};
+use common::scrape::{scrape, sum};
 use common::servers::{Proc, S3_KEY, S3_SECRET, free_port, s3_store, start_s3, upload, wait_port};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
@@ -93,27 +94,6 @@ async fn s3_with_demo() -> (u16, Proc, tempfile::TempDir) {
         .await;
     }
     (port, proc, root)
-}
-
-async fn scrape(port: u16) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
-}
-
-/// Sum of the samples of `name` whose labels contain every one of `labels`.
-fn sum(text: &str, name: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter(|l| labels.iter().all(|x| l.contains(x)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Random unaligned windows: each job (seed) its own.

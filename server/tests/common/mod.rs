@@ -1,10 +1,12 @@
-//! Helpers shared by the integration tests: fixture paths and a minimal `.npy` reader.
+//! Helpers shared by the integration tests: fixture paths, a minimal `.npy` reader, the
+//! daemon in-process, real store servers, proxies and metrics scrapes.
 
 #![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 #![allow(dead_code)]
 
 pub mod inproc;
 pub mod proxy;
+pub mod scrape;
 pub mod servers;
 
 use std::path::PathBuf;
