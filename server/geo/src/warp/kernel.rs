@@ -304,10 +304,17 @@ pub fn area(src: &Source<'_>, c1: (f64, f64), c2: (f64, f64), margin: (f64, f64)
 /// count them: at least one pixel where the axis allows it.
 #[inline]
 pub(crate) fn span(lo: f64, hi: f64, size: f64) -> (usize, usize) {
-    let i0 = floor(lo + 1e-10).max(0.0).min(size);
-    let mut i1 = (-floor(-(hi - 1e-10))).min(size);
+    // In integers: floor(lo + 1e-10) clamped to 0..=size, ceil(hi - 1e-10) at most size
+    // (the float form's results for any edge within ±2^62, without its NaN-aware min/max
+    // and saturating casts: this runs twice per destination pixel of the areal kernels).
+    // Edges beyond ±2^62 saturate to the same clamped ends.
+    let size = size as i64;
+    let (a, b) = (lo + 1e-10, hi - 1e-10);
+    let (ta, tb) = (a as i64, b as i64);
+    let i0 = (ta - i64::from((ta as f64) > a)).clamp(0, size);
+    let mut i1 = (tb + i64::from((tb as f64) < b)).min(size);
     if i0 == i1 && i1 < size {
-        i1 += 1.0;
+        i1 += 1;
     }
     (i0 as usize, i1.max(i0) as usize)
 }
@@ -393,10 +400,10 @@ pub fn average(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
 }
 
 /// The most frequent valid value under `area`, per band; ties go to the value that reached
-/// the winning count first (rows top-down, columns left to right).
-pub fn mode(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
+/// the winning count first (rows top-down, columns left to right). `counts` is scratch space
+/// the caller keeps across pixels.
+pub fn mode(src: &Source<'_>, a: &Area, out: &mut [f64], counts: &mut Vec<(f64, u32)>) -> bool {
     let mut any = false;
-    let mut counts: Vec<(f64, u32)> = Vec::new();
     for (b, o) in out.iter_mut().enumerate() {
         counts.clear();
         let (mut best, mut best_n) = (0.0, 0u32);
@@ -448,6 +455,53 @@ mod tests {
         }
     }
 
+    /// [`span`] as GDAL's float arithmetic writes it.
+    fn span_in_floats(lo: f64, hi: f64, size: f64) -> (usize, usize) {
+        let i0 = (lo + 1e-10).floor().max(0.0).min(size);
+        let mut i1 = (-(-(hi - 1e-10)).floor()).min(size);
+        if i0 == i1 && i1 < size {
+            i1 += 1.0;
+        }
+        (i0 as usize, i1.max(i0) as usize)
+    }
+
+    #[test]
+    fn spans_in_integers_match_the_float_form() {
+        let mut seed = 7u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let edges = [
+            -3.0,
+            -1e-10,
+            -1e-11,
+            0.0,
+            1e-11,
+            1e-10,
+            0.5,
+            1.0 - 1e-11,
+            1.0,
+            4.0,
+            5.0,
+            5.0 + 1e-11,
+            7.5,
+        ];
+        for &lo in &edges {
+            for &hi in &edges {
+                assert_eq!(span(lo, hi, 5.0), span_in_floats(lo, hi, 5.0), "{lo} {hi}");
+            }
+        }
+        for _ in 0..100_000 {
+            let size = (next() * 40.0).floor();
+            let lo = next() * 60.0 - 10.0;
+            let hi = lo + next() * 4.0;
+            assert_eq!(span(lo, hi, size), span_in_floats(lo, hi, size), "{lo} {hi} {size}");
+            let (lo, hi) = (lo.round(), hi.round());
+            assert_eq!(span(lo, hi, size), span_in_floats(lo, hi, size), "{lo} {hi} {size}");
+        }
+    }
+
     #[test]
     fn bilinear_interpolates_and_renormalises_over_valid_neighbours() {
         let v = [0.0, 10.0, 20.0, 30.0];
@@ -484,7 +538,7 @@ mod tests {
         let v = [2.0, 1.0, 1.0, 2.0];
         let s = src(4, 1, &v, &ok);
         let a = area(&s, (0.0, 0.0), (4.0, 1.0), (2.0, 2.0)).unwrap();
-        assert!(mode(&s, &a, &mut out));
+        assert!(mode(&s, &a, &mut out, &mut Vec::new()));
         assert_eq!(out[0], 1.0);
         assert!(area(&s, (-9.0, 0.0), (-8.0, 1.0), (2.0, 2.0)).is_none());
     }

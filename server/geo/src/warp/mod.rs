@@ -91,21 +91,50 @@ pub fn warp_source(
     src: &Source<'_>,
     resampling: Resampling,
 ) -> Warped {
-    let (xs, ys) = mapper.points(resampling);
-    let (w, h) = (mapper.footprint.width() as usize, mapper.footprint.height() as usize);
-    warp_mapped(w, h, (&xs, &ys), window, src, resampling)
+    warp_mapped(&MappedPoints::new(mapper, resampling), window, src, resampling)
 }
 
-/// [`warp_source`] over points already mapped ([`PixelMapper::points`] of a `w` × `h`
-/// footprint for `resampling`): every source on one grid shares them.
-pub fn warp_mapped(
-    w: usize,
-    h: usize,
-    points: (&[f64], &[f64]),
-    window: &SourceWindow,
-    src: &Source<'_>,
-    resampling: Resampling,
-) -> Warped {
+/// A footprint's points as one kernel samples them, mapped into a source level: centres, or
+/// corners for the areal kernels ([`PixelMapper::points`]), and, where the mapping is
+/// axis-aligned, the same points as one x per column and one y per row. Every asset and
+/// date on one grid shares one.
+#[derive(Debug, Clone)]
+pub struct MappedPoints {
+    /// Width of the footprint, in pixels.
+    width: usize,
+    /// Height of the footprint, in pixels.
+    height: usize,
+    /// Level-pixel x of every point, row by row.
+    xs: Vec<f64>,
+    /// Level-pixel y of every point, row by row.
+    ys: Vec<f64>,
+    /// One x per point column and one y per point row, where they are separable.
+    axes: Option<(Vec<f64>, Vec<f64>)>,
+}
+
+impl MappedPoints {
+    /// The points of `mapper`'s footprint that `resampling` samples.
+    pub fn new(mapper: &PixelMapper<'_>, resampling: Resampling) -> Self {
+        let (xs, ys) = mapper.points(resampling);
+        let (w, h) = (mapper.footprint.width() as usize, mapper.footprint.height() as usize);
+        let axes = if resampling.is_areal() {
+            axes::separable_edges(&xs, &ys, w, h)
+        } else {
+            axes::separable_centres(&xs, &ys, w, h)
+        };
+        Self {
+            width: w,
+            height: h,
+            xs,
+            ys,
+            axes,
+        }
+    }
+}
+
+/// [`warp_source`] over points already mapped: every source on one grid shares them.
+pub fn warp_mapped(mapped: &MappedPoints, window: &SourceWindow, src: &Source<'_>, resampling: Resampling) -> Warped {
+    let (w, h) = (mapped.width, mapped.height);
     let n = w * h;
     let bands = src.bands;
     let mut values = vec![0.0; bands * n];
@@ -118,15 +147,15 @@ pub fn warp_mapped(
             values[b * n + p] = *v;
         }
     };
-    let (cx, cy) = points;
+    let (cx, cy) = (&mapped.xs, &mapped.ys);
     if resampling.is_areal() {
         let margin = |s: f64| 2.0 * (1.0f64).max((1.0 / s).ceil());
         let margins = (margin(window.x_scale), margin(window.y_scale));
         if resampling == Resampling::Average
-            && let Some((xs, ys)) = axes::separable_edges(cx, cy, w, h)
+            && let Some((xs, ys)) = &mapped.axes
         {
             // Same CRS, north-up on both sides: spans and weights once per column and row.
-            let shift = |edges: Vec<f64>, o: f64| edges.into_iter().map(|v| v - o).collect::<Vec<_>>();
+            let shift = |edges: &[f64], o: f64| edges.iter().map(|v| v - o).collect::<Vec<_>>();
             let cols = axes::AxisSpans::new(&shift(xs, ox), src.width, margins.0);
             let rows = axes::AxisSpans::new(&shift(ys, oy), src.height, margins.1);
             for i in 0..h {
@@ -138,6 +167,8 @@ pub fn warp_mapped(
             }
             return Warped { bands, values, valid };
         }
+        // The mode's value counts, kept across pixels (no allocation per pixel).
+        let mut counts = Vec::new();
         for i in 0..h {
             for j in 0..w {
                 let c1 = i * (w + 1) + j;
@@ -151,7 +182,7 @@ pub fn warp_mapped(
                 };
                 let ok = match resampling {
                     Resampling::Average => kernel::average(src, &area, &mut px),
-                    _ => kernel::mode(src, &area, &mut px),
+                    _ => kernel::mode(src, &area, &mut px, &mut counts),
                 };
                 if ok {
                     put(i * w + j, &px, &mut values, &mut valid);
@@ -165,12 +196,12 @@ pub fn warp_mapped(
     if resampling == Resampling::Bilinear
         && four
         && !tiny
-        && let Some((xs, ys)) = axes::separable_centres(cx, cy, w, h)
+        && let Some((xs, ys)) = &mapped.axes
     {
         // Same CRS, north-up on both sides: centre pixels, neighbours and weights once per
         // column and row.
-        let cols = axes::bilinear_axis(&xs, ox, src.width);
-        let rows = axes::bilinear_axis(&ys, oy, src.height);
+        let cols = axes::bilinear_axis(xs, ox, src.width);
+        let rows = axes::bilinear_axis(ys, oy, src.height);
         for (i, row) in rows.iter().enumerate() {
             let Some((iy, by)) = *row else { continue };
             for (j, col) in cols.iter().enumerate() {
@@ -255,12 +286,26 @@ impl Mosaic {
         }
     }
 
+    /// [`Self::add`] taking the source: the first source of an empty mosaic becomes it
+    /// without a copy.
+    pub fn add_owned(&mut self, w: Warped) {
+        let n = self.width * self.height;
+        if self.filled_count == 0 && w.bands == self.bands && w.valid.len() == n && w.values.len() == self.values.len()
+        {
+            self.filled_count = w.valid.iter().filter(|&&v| v).count();
+            self.values = w.values;
+            self.filled = w.valid;
+            return;
+        }
+        self.add(&w);
+    }
+
     /// Little-endian samples of `dtype`, `nodata` where nothing filled. Interpolated values
     /// round half up and saturate; `avoid_nodata` moves a computed value that equals
     /// `nodata` one step away, as GDAL's kernels do for integer outputs.
     pub fn to_bytes(&self, dtype: DType, nodata: f64, avoid_nodata: bool) -> Vec<u8> {
         let n = self.width * self.height;
-        let mut out = Vec::with_capacity(self.values.len() * dtype.size());
+        let mut out = vec![0u8; self.values.len() * dtype.size()];
         macro_rules! int {
             ($t:ty) => {{
                 let (lo, hi) = (<$t>::MIN as f64, <$t>::MAX as f64);
@@ -276,9 +321,10 @@ impl Mosaic {
                     }
                 };
                 let fill = cast(nodata);
-                for b in 0..self.bands {
+                let size = std::mem::size_of::<$t>();
+                for (b, dst) in out.chunks_exact_mut(n * size).enumerate() {
                     let plane = &self.values[b * n..(b + 1) * n];
-                    for (v, &filled) in plane.iter().zip(&self.filled) {
+                    for ((v, &filled), d) in plane.iter().zip(&self.filled).zip(dst.chunks_exact_mut(size)) {
                         let x = if !filled {
                             fill
                         } else {
@@ -289,21 +335,20 @@ impl Mosaic {
                                 x
                             }
                         };
-                        out.extend_from_slice(&x.to_le_bytes());
+                        d.copy_from_slice(&x.to_le_bytes());
                     }
                 }
             }};
         }
         macro_rules! float {
             ($t:ty, $complex:expr) => {{
-                for b in 0..self.bands {
+                // Complex samples: the real part, then a zero imaginary part (left as is).
+                let size = std::mem::size_of::<$t>() * if $complex { 2 } else { 1 };
+                for (b, dst) in out.chunks_exact_mut(n * size).enumerate() {
                     let plane = &self.values[b * n..(b + 1) * n];
-                    for (v, &filled) in plane.iter().zip(&self.filled) {
+                    for ((v, &filled), d) in plane.iter().zip(&self.filled).zip(dst.chunks_exact_mut(size)) {
                         let x = if filled { *v } else { nodata };
-                        out.extend_from_slice(&(x as $t).to_le_bytes());
-                        if $complex {
-                            out.extend_from_slice(&(0.0 as $t).to_le_bytes());
-                        }
+                        d[..std::mem::size_of::<$t>()].copy_from_slice(&(x as $t).to_le_bytes());
                     }
                 }
             }};
@@ -386,6 +431,33 @@ mod tests {
             assert_eq!(Resampling::parse(k.name()), Some(k));
         }
         assert_eq!(Resampling::parse("lanczos"), None);
+    }
+
+    #[test]
+    fn a_mosaic_taking_its_first_source_gives_the_same_bytes() {
+        let first = Warped {
+            bands: 2,
+            values: vec![1.0, 99.0, 3.0, 4.0, 5.0, 98.0],
+            valid: vec![true, false, true],
+        };
+        let second = Warped {
+            bands: 2,
+            values: vec![7.0, 8.0, 9.0, 10.0, 11.0, 12.0],
+            valid: vec![true, true, false],
+        };
+        let (mut copied, mut owned) = (Mosaic::new(2, 3, 1), Mosaic::new(2, 3, 1));
+        copied.add(&first);
+        copied.add(&second);
+        owned.add_owned(first);
+        owned.add_owned(second);
+        assert!(owned.is_full() == copied.is_full() && owned.filled_count == 3);
+        for dtype in [DType::U16, DType::F32, DType::C64] {
+            assert_eq!(owned.to_bytes(dtype, 0.0, true), copied.to_bytes(dtype, 0.0, true));
+        }
+        let b = owned.to_bytes(DType::C64, 0.0, false);
+        assert_eq!(b.len(), 2 * 3 * 8);
+        assert_eq!(f32::from_le_bytes([b[8], b[9], b[10], b[11]]), 8.0);
+        assert_eq!(f32::from_le_bytes([b[12], b[13], b[14], b[15]]), 0.0);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::tiles::TileSource;
 use crate::tiles::region;
 use cogfeed_geo::warp::kernel::Source;
 use cogfeed_geo::warp::plan::{self, PixelMapper};
-use cogfeed_geo::warp::{Mosaic, Resampling, Warped, is_nodata, samples_to_f64, warp_mapped};
+use cogfeed_geo::warp::{MappedPoints, Mosaic, Resampling, Warped, is_nodata, samples_to_f64, warp_mapped};
 use cogfeed_geo::{Crs, Footprint, Transformer};
 use cogfeed_tiff::on_cpu_pool;
 use futures::StreamExt;
@@ -53,21 +53,18 @@ pub struct GridPlan {
     points: OnceLock<MappedPoints>,
 }
 
-/// A footprint's points in a level's pixels (x, y), as [`PixelMapper::points`] gives them.
-type MappedPoints = (Vec<f64>, Vec<f64>);
-
 impl GridPlan {
     /// The footprint's points `resampling` samples, mapped into this plan's level of a
     /// source in `crs`: computed by the first warp that needs them, shared by the rest.
     fn points(&self, footprint: &Footprint, crs: &Crs, resampling: Resampling) -> &MappedPoints {
         self.points.get_or_init(|| {
             let transformer = Transformer::new(&footprint.crs, crs);
-            PixelMapper {
+            let mapper = PixelMapper {
                 footprint,
                 transformer: &transformer,
                 level: self.grid,
-            }
-            .points(resampling)
+            };
+            MappedPoints::new(&mapper, resampling)
         })
     }
 }
@@ -228,9 +225,8 @@ async fn warp_one(
             values: &values,
             valid: &valid,
         };
-        let (xs, ys) = plan.points(&footprint, &src.crs, resampling);
-        let (w, h) = (footprint.width() as usize, footprint.height() as usize);
-        let mut warped = warp_mapped(w, h, (xs, ys), &window, &source, resampling);
+        let mapped = plan.points(&footprint, &src.crs, resampling);
+        let mut warped = warp_mapped(mapped, &window, &source, resampling);
         crate::dataset::map::harmonize::apply(&mut warped.values, &warped.valid, &src.nodata, shift);
         warped
     };
@@ -303,7 +299,7 @@ pub async fn mosaic_planned(
         }
         let Some(w) = warps.next().await else { break };
         if let Some(w) = w? {
-            m.add(&w);
+            m.add_owned(w);
         }
         if m.is_full() {
             break;
