@@ -399,10 +399,23 @@ pub fn average(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
     true
 }
 
+/// Areas of up to this many source pixels take the mode through a stack array (the
+/// label case: a destination pixel about as fine as its source covers 2×2 or 3×2).
+const SMALL_AREA: usize = 16;
+
 /// The most frequent valid value under `area`, per band; ties go to the value that reached
 /// the winning count first (rows top-down, columns left to right). `counts` is scratch space
 /// the caller keeps across pixels.
 pub fn mode(src: &Source<'_>, a: &Area, out: &mut [f64], counts: &mut Vec<(f64, u32)>) -> bool {
+    if (a.ix1 - a.ix0) * (a.iy1 - a.iy0) <= SMALL_AREA {
+        mode_small(src, a, out)
+    } else {
+        mode_counted(src, a, out, counts)
+    }
+}
+
+/// [`mode`] over a table of the values seen and their counts.
+fn mode_counted(src: &Source<'_>, a: &Area, out: &mut [f64], counts: &mut Vec<(f64, u32)>) -> bool {
     let mut any = false;
     for (b, o) in out.iter_mut().enumerate() {
         counts.clear();
@@ -413,10 +426,7 @@ pub fn mode(src: &Source<'_>, a: &Area, out: &mut [f64], counts: &mut Vec<(f64, 
                     continue;
                 }
                 let v = src.v(b, ix, iy);
-                let n = match counts
-                    .iter_mut()
-                    .find(|(cv, _)| *cv == v || (cv.is_nan() && v.is_nan()))
-                {
+                let n = match counts.iter_mut().find(|(cv, _)| same(*cv, v)) {
                     Some(c) => {
                         c.1 += 1;
                         c.1
@@ -439,6 +449,88 @@ pub fn mode(src: &Source<'_>, a: &Area, out: &mut [f64], counts: &mut Vec<(f64, 
         *o = best;
     }
     any
+}
+
+/// Two values one mode counts as the same: equal, or both NaN.
+#[inline]
+fn same(a: f64, b: f64) -> bool {
+    a == b || (a.is_nan() && b.is_nan())
+}
+
+/// [`mode`] of an area of at most [`SMALL_AREA`] pixels: the valid values gathered in
+/// scan order, then each one's running count (how many of the values so far equal it),
+/// so the value first to reach the highest count wins, as the general form decides.
+/// One band (class maps): the values gathered straight from the rows, and an area of one
+/// value (most of a land-cover map) decided without counting.
+#[inline]
+fn mode_small(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
+    if out.len() != 1 {
+        return mode_small_bands(src, a, out);
+    }
+    let mut vals = [0.0f64; SMALL_AREA];
+    let mut k = 0;
+    for iy in a.iy0..a.iy1 {
+        let (start, end) = (iy * src.width + a.ix0, iy * src.width + a.ix1);
+        for (&v, &ok) in src.values[start..end].iter().zip(&src.valid[start..end]) {
+            vals[k] = v;
+            k += usize::from(ok);
+        }
+    }
+    if k == 0 {
+        return false;
+    }
+    let vals = &vals[..k];
+    let first = vals[0];
+    if vals.iter().fold(true, |all, &v| all & (v == first)) {
+        out[0] = first;
+        return true;
+    }
+    let (mut best, mut best_n) = (first, 1usize);
+    for (i, &v) in vals.iter().enumerate().skip(1) {
+        let n = 1 + vals[..i].iter().filter(|&&u| same(u, v)).count();
+        if n > best_n {
+            best = v;
+            best_n = n;
+        }
+    }
+    out[0] = best;
+    true
+}
+
+/// [`mode_small`] of several bands: the valid pixels' offsets once, then each band.
+fn mode_small_bands(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
+    let plane = src.width * src.height;
+    let mut at = [0usize; SMALL_AREA];
+    let mut k = 0;
+    for iy in a.iy0..a.iy1 {
+        let row = iy * src.width;
+        for (ix, &ok) in (a.ix0..a.ix1).zip(&src.valid[row + a.ix0..row + a.ix1]) {
+            at[k] = row + ix;
+            k += usize::from(ok);
+        }
+    }
+    if k == 0 {
+        return false;
+    }
+    let at = &at[..k];
+    for (b, o) in out.iter_mut().enumerate() {
+        let values = &src.values[b * plane..(b + 1) * plane];
+        let mut vals = [0.0f64; SMALL_AREA];
+        for (v, &p) in vals.iter_mut().zip(at) {
+            *v = values[p];
+        }
+        let vals = &vals[..k];
+        let (mut best, mut best_n) = (vals[0], 1usize);
+        for (i, &v) in vals.iter().enumerate().skip(1) {
+            let n = 1 + vals[..i].iter().filter(|&&u| same(u, v)).count();
+            if n > best_n {
+                best = v;
+                best_n = n;
+            }
+        }
+        *o = best;
+    }
+    true
 }
 
 #[cfg(test)]
@@ -541,6 +633,46 @@ mod tests {
         assert!(mode(&s, &a, &mut out, &mut Vec::new()));
         assert_eq!(out[0], 1.0);
         assert!(area(&s, (-9.0, 0.0), (-8.0, 1.0), (2.0, 2.0)).is_none());
+    }
+
+    #[test]
+    fn the_small_area_mode_decides_as_the_counted_one() {
+        let mut seed = 11u64;
+        let mut next = |m: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % m
+        };
+        let (w, h) = (7, 6);
+        for round in 0..10_000 {
+            let bands = 1 + round % 2;
+            // Few classes and runs of one value, as class maps have.
+            let values: Vec<f64> = (0..bands * w * h)
+                .map(|i| match next(6) {
+                    0 => f64::NAN,
+                    _ if round % 3 == 0 => (i / 9 % 2) as f64,
+                    k => (k % 3) as f64,
+                })
+                .collect();
+            let valid: Vec<bool> = (0..w * h).map(|_| next(4) != 0).collect();
+            let s = Source {
+                width: w,
+                height: h,
+                bands,
+                values: &values,
+                valid: &valid,
+            };
+            let (x, y) = (next(5) as f64 + 0.3, next(4) as f64 + 0.6);
+            let (dx, dy) = (next(3) as f64 + 0.5, next(3) as f64 + 0.2);
+            let a = area(&s, (x, y), (x + dx, y + dy), (2.0, 2.0)).unwrap();
+            let (mut small, mut counted) = (vec![7.0; bands], vec![7.0; bands]);
+            let ok = mode_small(&s, &a, &mut small);
+            assert_eq!(ok, mode_counted(&s, &a, &mut counted, &mut Vec::new()));
+            if ok {
+                for b in 0..bands {
+                    assert!(same(small[b], counted[b]), "{small:?} {counted:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::tiles::TileSource;
 use crate::tiles::region;
 use cogfeed_geo::warp::kernel::Source;
 use cogfeed_geo::warp::plan::{self, PixelMapper};
-use cogfeed_geo::warp::{MappedPoints, Mosaic, Resampling, Warped, is_nodata, samples_to_f64, warp_mapped};
+use cogfeed_geo::warp::{MappedPoints, Mosaic, NodataTest, Resampling, Warped, samples_to_f64, validity, warp_mapped};
 use cogfeed_geo::{Crs, Footprint, Transformer};
 use cogfeed_tiff::on_cpu_pool;
 use futures::StreamExt;
@@ -209,15 +209,8 @@ async fn warp_one(
     let work = move || {
         let raster = region.assemble();
         let values = samples_to_f64(raster.dtype, &raster.data);
-        let n = raster.width * raster.height;
-        let valid: Vec<bool> = (0..n)
-            .map(|p| {
-                (0..src.bands).any(|b| match src.nodata[b] {
-                    None => true,
-                    Some(nd) => !is_nodata(raster.dtype, values[b * n + p], nd),
-                })
-            })
-            .collect();
+        let tests: Vec<NodataTest> = src.nodata.iter().map(|&nd| NodataTest::new(raster.dtype, nd)).collect();
+        let valid = validity(&values, raster.width * raster.height, &tests);
         let source = Source {
             width: raster.width,
             height: raster.height,
