@@ -387,7 +387,11 @@ impl MapSpace {
         fp: &Footprint,
         cands: &[usize],
     ) -> Result<(Vec<u8>, Vec<usize>)> {
-        let mut bytes = Vec::new();
+        // Several assets: one buffer of the whole `[C, H, W]` (no regrowth per asset).
+        let mut bytes = match layer.assets.len() {
+            1 => Vec::new(),
+            _ => Vec::with_capacity(layer.bands * fp.width() as usize * fp.height() as usize * layer.dtype.size()),
+        };
         let mut used = Vec::new();
         for (key, &nb) in layer.assets.iter().zip(&layer.asset_bands) {
             let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, key))).await?;
@@ -717,9 +721,10 @@ impl MapSpace {
 /// harmonisation added per step.
 type LayerBytes = (Vec<u8>, Vec<usize>, Option<Vec<Option<String>>>, Vec<i32>);
 
-/// `part` after `bytes`, without a copy when `bytes` is still empty (one-asset layers).
+/// `part` after `bytes`, without a copy when `bytes` is still empty and unallocated
+/// (one-asset layers).
 fn append(bytes: &mut Vec<u8>, part: Vec<u8>) {
-    if bytes.is_empty() {
+    if bytes.capacity() == 0 {
         *bytes = part;
     } else {
         bytes.extend_from_slice(&part);
