@@ -328,6 +328,9 @@ impl Mosaic {
     pub fn to_bytes(&self, dtype: DType, nodata: f64, avoid_nodata: bool) -> Vec<u8> {
         let n = self.width * self.height;
         let mut out = vec![0u8; self.values.len() * dtype.size()];
+        if n == 0 {
+            return out;
+        }
         macro_rules! int {
             ($t:ty) => {{
                 let (lo, hi) = (<$t>::MIN as f64, <$t>::MAX as f64);
@@ -346,34 +349,52 @@ impl Mosaic {
                         kernel::floor(v + 0.5) as $t
                     }
                 };
+                // Unsigned up to 16 bits (most imagery): clamped by two comparisons (NaN
+                // and negatives to 0), the rounded value is ≥ 0.5 so truncation floors it.
+                let cast_unsigned = |v: f64| -> $t {
+                    let c = if v > 0.0 { v } else { 0.0 };
+                    let c = if c < hi { c } else { hi };
+                    (c + 0.5) as u32 as $t
+                };
                 let fill = cast(nodata);
-                let size = std::mem::size_of::<$t>();
-                for (b, dst) in out.chunks_exact_mut(n * size).enumerate() {
-                    let plane = &self.values[b * n..(b + 1) * n];
-                    for ((v, &filled), d) in plane.iter().zip(&self.filled).zip(dst.chunks_exact_mut(size)) {
-                        let x = cast(*v);
-                        let x = if avoid_nodata && x as f64 == nodata {
-                            if x == <$t>::MIN { x + 1 } else { x - 1 }
-                        } else {
-                            x
-                        };
-                        let x = if filled { x } else { fill };
-                        d.copy_from_slice(&x.to_le_bytes());
-                    }
+                // The nodata value as a sample of the type, where it is one.
+                let nd = (nodata >= lo && nodata <= hi && nodata.fract() == 0.0).then(|| nodata as $t);
+                let (avoid, nd) = (avoid_nodata && nd.is_some(), nd.unwrap_or(0));
+                let step = |x: $t| if x == <$t>::MIN { x + 1 } else { x - 1 };
+                macro_rules! convert {
+                    ($cast:expr) => {
+                        typed::<$t>(&mut out, |samples| {
+                            for (b, dst) in samples.chunks_exact_mut(n).enumerate() {
+                                let plane = &self.values[b * n..(b + 1) * n];
+                                for ((v, &filled), d) in plane.iter().zip(&self.filled).zip(dst) {
+                                    let x = $cast(*v);
+                                    let x = if avoid && x == nd { step(x) } else { x };
+                                    *d = (if filled { x } else { fill }).to_le();
+                                }
+                            }
+                        })
+                    };
+                }
+                if <$t>::MIN == 0 && std::mem::size_of::<$t>() <= 2 {
+                    convert!(cast_unsigned)
+                } else {
+                    convert!(cast)
                 }
             }};
         }
         macro_rules! float {
-            ($t:ty, $complex:expr) => {{
+            ($t:ty, $u:ty, $complex:expr) => {{
                 // Complex samples: the real part, then a zero imaginary part (left as is).
-                let size = std::mem::size_of::<$t>() * if $complex { 2 } else { 1 };
-                for (b, dst) in out.chunks_exact_mut(n * size).enumerate() {
-                    let plane = &self.values[b * n..(b + 1) * n];
-                    for ((v, &filled), d) in plane.iter().zip(&self.filled).zip(dst.chunks_exact_mut(size)) {
-                        let x = if filled { *v } else { nodata };
-                        d[..std::mem::size_of::<$t>()].copy_from_slice(&(x as $t).to_le_bytes());
+                let step = if $complex { 2 } else { 1 };
+                typed::<$u>(&mut out, |samples| {
+                    for (b, dst) in samples.chunks_exact_mut(n * step).enumerate() {
+                        let plane = &self.values[b * n..(b + 1) * n];
+                        for ((v, &filled), d) in plane.iter().zip(&self.filled).zip(dst.chunks_exact_mut(step)) {
+                            let x = if filled { *v } else { nodata };
+                            d[0] = (x as $t).to_bits().to_le();
+                        }
                     }
-                }
+                });
             }};
         }
         match dtype {
@@ -385,12 +406,25 @@ impl Mosaic {
             DType::I32 => int!(i32),
             DType::U64 => int!(u64),
             DType::I64 => int!(i64),
-            DType::F32 => float!(f32, false),
-            DType::F64 => float!(f64, false),
-            DType::C64 => float!(f32, true),
-            DType::C128 => float!(f64, true),
+            DType::F32 => float!(f32, u32, false),
+            DType::F64 => float!(f64, u64, false),
+            DType::C64 => float!(f32, u32, true),
+            DType::C128 => float!(f64, u64, true),
         }
         out
+    }
+}
+
+/// Runs `fill` over `out` seen as samples of `T` (in place where `out` is aligned for
+/// `T`, as the allocator gives it; else through a copy).
+fn typed<T: bytemuck::Pod>(out: &mut [u8], fill: impl FnOnce(&mut [T])) {
+    match bytemuck::try_cast_slice_mut::<u8, T>(out) {
+        Ok(samples) => fill(samples),
+        Err(_) => {
+            let mut samples = vec![T::zeroed(); out.len() / std::mem::size_of::<T>()];
+            fill(&mut samples);
+            out.copy_from_slice(bytemuck::cast_slice(&samples));
+        }
     }
 }
 
@@ -626,6 +660,23 @@ mod tests {
         check!(i16, DType::I16);
         check!(u32, DType::U32);
         check!(i32, DType::I32);
+        // A computed value equal to nodata moves one step away from it, toward the range.
+        let mut m = Mosaic::new(1, 3, 1);
+        m.add(&Warped {
+            bands: 1,
+            values: vec![0.2, -40000.0, 3.4],
+            valid: vec![true, true, true],
+        });
+        assert_eq!(m.to_bytes(DType::U8, 0.0, true), vec![1, 1, 3]);
+        assert_eq!(m.to_bytes(DType::U8, 0.0, false), vec![0, 0, 3]);
+        assert_eq!(m.to_bytes(DType::U8, 3.0, true), vec![0, 0, 2]);
+        assert_eq!(m.to_bytes(DType::U8, 3.5, true), vec![0, 0, 3]);
+        let i16s = |b: Vec<u8>| {
+            b.chunks(2)
+                .map(|c| i16::from_le_bytes([c[0], c[1]]))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(i16s(m.to_bytes(DType::I16, -32768.0, true)), vec![0, -32767, 3]);
     }
 
     #[test]
