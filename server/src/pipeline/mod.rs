@@ -494,10 +494,10 @@ async fn produce(
                 SampleImage::Owned(bytes) => image.extend_from_slice(&bytes),
             }
             if let (Some(all), Some(one)) = (label.as_mut(), sample.label) {
-                all.extend_from_slice(&one);
+                join_sample(all, one, in_batch);
             }
             for (all, one) in layer_bytes.iter_mut().zip(sample.layers) {
-                all.extend_from_slice(&one);
+                join_sample(all, one, in_batch);
             }
             metas.extend(sample.meta);
             windows.push(sample.window);
@@ -646,4 +646,18 @@ async fn produce(
             return;
         }
     }
+}
+
+/// Appends one sample's bytes to its batch tensor: the first sample sizes the tensor for
+/// the whole batch (samples of a tensor are equal in size), so it never regrows; a batch
+/// of one takes the sample as it is.
+fn join_sample(all: &mut Vec<u8>, one: Vec<u8>, in_batch: usize) {
+    if all.capacity() == 0 {
+        if in_batch <= 1 {
+            *all = one;
+            return;
+        }
+        all.reserve_exact(one.len().saturating_mul(in_batch));
+    }
+    all.extend_from_slice(&one);
 }
