@@ -167,8 +167,10 @@ pub fn warp_mapped(mapped: &MappedPoints, window: &SourceWindow, src: &Source<'_
             }
             return Warped { bands, values, valid };
         }
-        // The mode's value counts, kept across pixels (no allocation per pixel).
+        // The mode's value counts, kept across pixels (no allocation per pixel); for one
+        // band, the row runs that decide one-value areas with a look per row.
         let mut counts = Vec::new();
+        let runs = (resampling == Resampling::Mode && bands == 1).then(|| kernel::runs(src));
         for i in 0..h {
             for j in 0..w {
                 let c1 = i * (w + 1) + j;
@@ -180,6 +182,11 @@ pub fn warp_mapped(mapped: &MappedPoints, window: &SourceWindow, src: &Source<'_
                 let Some(area) = kernel::area(src, (x1, y1), (x2, y2), margins) else {
                     continue;
                 };
+                if let Some(v) = runs.as_deref().and_then(|r| kernel::uniform(src, r, &area)) {
+                    values[i * w + j] = v;
+                    valid[i * w + j] = true;
+                    continue;
+                }
                 let ok = match resampling {
                     Resampling::Average => kernel::average(src, &area, &mut px),
                     _ => kernel::mode(src, &area, &mut px, &mut counts),
