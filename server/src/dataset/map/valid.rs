@@ -7,7 +7,7 @@
 //! A direct computation over the delivered tensors gives the same number: that is how the
 //! tests check it.
 
-use cogfeed_geo::warp::{is_nodata, samples_to_f64};
+use cogfeed_geo::warp::{NodataTest, samples_to_f64, validity};
 use cogfeed_tiff::DType;
 
 /// `[datasets.sampling]`, resolved against the layers.
@@ -64,7 +64,6 @@ pub fn fraction(reference: &LayerView<'_>, mask: Option<(&LayerView<'_>, &[f64])
     if total == 0 {
         return Some(0.0);
     }
-    let values = samples_to_f64(reference.dtype, reference.bytes);
     let invalid = mask.map(|(m, classes)| (invalid_pixels(m, classes), m.height, m.width));
     let masked = |p: usize| -> bool {
         match &invalid {
@@ -79,15 +78,17 @@ pub fn fraction(reference: &LayerView<'_>, mask: Option<(&LayerView<'_>, &[f64])
             }
         }
     };
+    // One step at a time, its nodata tests decided once (a vectorisable pass per band).
+    let tests = vec![NodataTest::new(reference.dtype, Some(reference.nodata)); reference.bands];
+    let step_bytes = reference.bands * plane * reference.dtype.size();
     let mut valid = 0usize;
     for t in (0..reference.steps).filter(|&t| present(t)) {
-        let step = &values[t * reference.bands * plane..(t + 1) * reference.bands * plane];
-        for p in 0..plane {
-            let data = (0..reference.bands).any(|b| !is_nodata(reference.dtype, step[b * plane + p], reference.nodata));
-            if data && !masked(p) {
-                valid += 1;
-            }
-        }
+        let values = samples_to_f64(reference.dtype, &reference.bytes[t * step_bytes..(t + 1) * step_bytes]);
+        let data = validity(&values, plane, &tests);
+        valid += match &invalid {
+            None => data.iter().filter(|&&d| d).count(),
+            Some(_) => data.iter().enumerate().filter(|&(p, &d)| d && !masked(p)).count(),
+        };
     }
     Some(valid as f64 / total as f64)
 }
@@ -114,6 +115,27 @@ mod tests {
         // 2 bands, 2 x 2: pixel 0 empty in both bands, pixel 1 empty in one.
         let bytes = [0, 0, 5, 5, 0, 7, 5, 5];
         assert_eq!(fraction(&view(&bytes, 2, 2, 2, 0.0), None), Some(0.75));
+    }
+
+    #[test]
+    fn counts_only_the_steps_that_hold_a_date() {
+        // uint16, 2 steps of 1 band, 1 x 3; nodata 7; the second step has no date.
+        let samples: [u16; 6] = [7, 1, 2, 3, 7, 7];
+        let bytes: Vec<u8> = samples.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let present = [true, false];
+        let v = LayerView {
+            bytes: &bytes,
+            dtype: DType::U16,
+            steps: 2,
+            bands: 1,
+            height: 1,
+            width: 3,
+            nodata: 7.0,
+            present: Some(&present),
+        };
+        assert_eq!(fraction(&v, None), Some(2.0 / 3.0));
+        let all = LayerView { present: None, ..v };
+        assert_eq!(fraction(&all, None), Some(3.0 / 6.0));
     }
 
     #[test]
