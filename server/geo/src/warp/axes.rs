@@ -166,14 +166,7 @@ pub fn average(src: &Source<'_>, cols: &AxisSpans, rows: &AxisSpans, col: usize,
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A small deterministic generator, so the test needs no dependency.
-    fn lcg(state: &mut u64) -> f64 {
-        *state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (*state >> 11) as f64 / (1u64 << 53) as f64
-    }
+    use crate::warp::test_rng::lcg;
 
     #[test]
     fn per_axis_average_is_bit_identical_to_the_per_pixel_kernel() {

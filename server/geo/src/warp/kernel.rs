@@ -606,10 +606,7 @@ mod tests {
     #[test]
     fn spans_in_integers_match_the_float_form() {
         let mut seed = 7u64;
-        let mut next = || {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = || crate::warp::test_rng::lcg(&mut seed);
         let edges = [
             -3.0,
             -1e-10,
@@ -684,10 +681,7 @@ mod tests {
     #[test]
     fn the_small_area_mode_decides_as_the_counted_one() {
         let mut seed = 11u64;
-        let mut next = |m: u64| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (seed >> 33) % m
-        };
+        let mut next = |m: u64| crate::warp::test_rng::below(&mut seed, m);
         let (w, h) = (7, 6);
         for round in 0..10_000 {
             let bands = 1 + round % 2;
@@ -724,10 +718,7 @@ mod tests {
     #[test]
     fn uniform_areas_take_the_value_the_mode_gives() {
         let mut seed = 5u64;
-        let mut next = |m: u64| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (seed >> 33) % m
-        };
+        let mut next = |m: u64| crate::warp::test_rng::below(&mut seed, m);
         let (w, h) = (11, 9);
         let mut hits = 0;
         for _ in 0..3000 {

@@ -533,17 +533,27 @@ pub fn is_nodata(dtype: DType, v: f64, nodata: f64) -> bool {
     }
 }
 
+/// A small deterministic generator for the warp tests, so they need no dependency.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A small deterministic generator, so the tests need no dependency.
-    fn lcg(state: &mut u64) -> f64 {
+pub(crate) mod test_rng {
+    /// The next value of `state` in `[0, 1)`.
+    pub fn lcg(state: &mut u64) -> f64 {
         *state = state
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         (*state >> 11) as f64 / (1u64 << 53) as f64
     }
+
+    /// The next value of `state` in `0..m`.
+    pub fn below(state: &mut u64, m: u64) -> u64 {
+        ((lcg(state) * m as f64) as u64).min(m - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_rng::lcg;
+    use super::*;
 
     #[test]
     fn separable_bilinear_gives_the_per_point_bits() {
