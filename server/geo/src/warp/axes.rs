@@ -166,7 +166,7 @@ pub fn average(src: &Source<'_>, cols: &AxisSpans, rows: &AxisSpans, col: usize,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::warp::test_rng::lcg;
+    use crate::warp::test_rng::random_window;
 
     #[test]
     fn per_axis_average_is_bit_identical_to_the_per_pixel_kernel() {
@@ -174,10 +174,7 @@ mod tests {
         for bands in [1usize, 3] {
             for &(scale, offset) in &[(1.0, 0.37), (0.5, 0.0), (0.37, 0.61), (2.3, 0.15), (1.0, -1.2)] {
                 let (sw, sh) = (23usize, 19usize);
-                let values: Vec<f64> = (0..sw * sh * bands)
-                    .map(|_| (lcg(&mut seed) * 1000.0).floor())
-                    .collect();
-                let valid: Vec<bool> = (0..sw * sh).map(|_| lcg(&mut seed) > 0.2).collect();
+                let (values, valid) = random_window(&mut seed, (sw, sh, bands), 1000.0, 0.2);
                 let src = Source {
                     width: sw,
                     height: sh,
@@ -225,10 +222,7 @@ mod tests {
         for bands in [1usize, 2] {
             for &(step, offset) in &[(1.0, 0.37), (0.5, -0.8), (0.93, 0.05), (1.07, 0.5)] {
                 let (sw, sh) = (17usize, 15usize);
-                let values: Vec<f64> = (0..sw * sh * bands)
-                    .map(|_| (lcg(&mut seed) * 1000.0).floor())
-                    .collect();
-                let valid: Vec<bool> = (0..sw * sh).map(|_| lcg(&mut seed) > 0.15).collect();
+                let (values, valid) = random_window(&mut seed, (sw, sh, bands), 1000.0, 0.15);
                 let src = Source {
                     width: sw,
                     height: sh,

@@ -455,11 +455,12 @@ fn mode_counted(src: &Source<'_>, a: &Area, out: &mut [f64], counts: &mut Vec<(f
 /// valid and hold its value (0 where it is invalid). What [`uniform`] reads.
 pub fn runs(src: &Source<'_>) -> Vec<u32> {
     let mut runs = vec![0u32; src.width * src.height];
-    for ((values, valid), runs) in src
+    let width = src.width.max(1);
+    for ((values, valid), row) in src
         .values
-        .chunks_exact(src.width.max(1))
-        .zip(src.valid.chunks_exact(src.width.max(1)))
-        .zip(runs.chunks_exact_mut(src.width.max(1)))
+        .chunks_exact(width)
+        .zip(src.valid.chunks_exact(width))
+        .zip(runs.chunks_exact_mut(width))
     {
         let mut next = 0u32;
         for x in (0..values.len()).rev() {
@@ -471,7 +472,7 @@ pub fn runs(src: &Source<'_>) -> Vec<u32> {
             } else {
                 1
             };
-            runs[x] = next;
+            row[x] = next;
         }
     }
     runs
@@ -504,10 +505,9 @@ fn same(a: f64, b: f64) -> bool {
 }
 
 /// [`mode`] of an area of at most [`SMALL_AREA`] pixels: the valid values gathered in
-/// scan order, then each one's running count (how many of the values so far equal it),
-/// so the value first to reach the highest count wins, as the general form decides.
-/// One band (class maps): the values gathered straight from the rows, and an area of one
-/// value (most of a land-cover map) decided without counting.
+/// scan order (for one band straight from the rows), then [`first_most_frequent`], which
+/// decides as the general form does. (One-value areas of a one-band window rarely get
+/// here: the warp decides them from [`runs`] first.)
 #[inline]
 fn mode_small(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
     if out.len() != 1 {
@@ -525,13 +525,15 @@ fn mode_small(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
     if k == 0 {
         return false;
     }
-    let vals = &vals[..k];
-    let first = vals[0];
-    if vals.iter().fold(true, |all, &v| all & (v == first)) {
-        out[0] = first;
-        return true;
-    }
-    let (mut best, mut best_n) = (first, 1usize);
+    out[0] = first_most_frequent(&vals[..k]);
+    true
+}
+
+/// The value of `vals` (at least one) that first reaches the highest count, in order:
+/// each one's running count is how many of the values so far equal it.
+#[inline]
+fn first_most_frequent(vals: &[f64]) -> f64 {
+    let (mut best, mut best_n) = (vals[0], 1usize);
     for (i, &v) in vals.iter().enumerate().skip(1) {
         let n = 1 + vals[..i].iter().filter(|&&u| same(u, v)).count();
         if n > best_n {
@@ -539,8 +541,7 @@ fn mode_small(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
             best_n = n;
         }
     }
-    out[0] = best;
-    true
+    best
 }
 
 /// [`mode_small`] of several bands: the valid pixels' offsets once, then each band.
@@ -565,16 +566,7 @@ fn mode_small_bands(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
         for (v, &p) in vals.iter_mut().zip(at) {
             *v = values[p];
         }
-        let vals = &vals[..k];
-        let (mut best, mut best_n) = (vals[0], 1usize);
-        for (i, &v) in vals.iter().enumerate().skip(1) {
-            let n = 1 + vals[..i].iter().filter(|&&u| same(u, v)).count();
-            if n > best_n {
-                best = v;
-                best_n = n;
-            }
-        }
-        *o = best;
+        *o = first_most_frequent(&vals[..k]);
     }
     true
 }

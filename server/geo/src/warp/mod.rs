@@ -544,6 +544,19 @@ pub(crate) mod test_rng {
         (*state >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// A random `w` × `h` window of `bands` bands: whole values below `max`, then one
+    /// validity flag per pixel, valid above `invalid_below`.
+    pub fn random_window(
+        state: &mut u64,
+        (w, h, bands): (usize, usize, usize),
+        max: f64,
+        invalid_below: f64,
+    ) -> (Vec<f64>, Vec<bool>) {
+        let values = (0..w * h * bands).map(|_| (lcg(state) * max).floor()).collect();
+        let valid = (0..w * h).map(|_| lcg(state) > invalid_below).collect();
+        (values, valid)
+    }
+
     /// The next value of `state` in `0..m`.
     pub fn below(state: &mut u64, m: u64) -> u64 {
         ((lcg(state) * m as f64) as u64).min(m - 1)
@@ -552,7 +565,7 @@ pub(crate) mod test_rng {
 
 #[cfg(test)]
 mod tests {
-    use super::test_rng::lcg;
+    use super::test_rng::random_window;
     use super::*;
 
     #[test]
@@ -561,10 +574,7 @@ mod tests {
         for bands in [1usize, 2] {
             for &(step, offset) in &[(1.0, 10.5), (0.5, 10.25), (0.5, 9.6), (1.0, 9.13), (0.77, 8.9)] {
                 let (sw, sh) = (19usize, 17usize);
-                let values: Vec<f64> = (0..sw * sh * bands)
-                    .map(|_| (lcg(&mut seed) * 4000.0).floor())
-                    .collect();
-                let valid: Vec<bool> = (0..sw * sh).map(|_| lcg(&mut seed) > 0.15).collect();
+                let (values, valid) = random_window(&mut seed, (sw, sh, bands), 4000.0, 0.15);
                 let src = Source {
                     width: sw,
                     height: sh,
