@@ -117,12 +117,13 @@ time_steps = {dates}
 """
 
 
-def epoch(daemon, order, samples, max_batches=0):
+def epoch(daemon, order, samples, max_batches=0, prefetch=0):
     """(seconds, CPU-s daemon + this process, decodes, samples) of one stream."""
     before = daemon.metrics()[0].get("cogfeed_cache_misses_total", 0.0)
     cpu0, own0, t0 = daemon.cpu(), time.process_time(), time.perf_counter()
     loader = cogfeed.Loader(daemon.address, "bench", sampler="random", patch_size=PATCH, batch_size=BATCH,
-                            seed=11, samples_per_epoch=samples, max_batches=max_batches, order=order)
+                            seed=11, samples_per_epoch=samples, max_batches=max_batches, order=order,
+                            prefetch=prefetch)
     n = sum(b.layers["s2"].shape[0] for b in loader)
     wall = time.perf_counter() - t0
     cpu = daemon.cpu() - cpu0 + time.process_time() - own0
@@ -154,6 +155,10 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=2048)
     ap.add_argument("--random-samples", type=int, default=320)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--eviction", default="plan,lru", help="tile cache evictions to run cold (comma-separated)")
+    ap.add_argument("--orders", default="random,local")
+    ap.add_argument("--prefetch", type=int, default=0, help="cold streams' look-ahead (0: the daemon's adaptive one)")
+    ap.add_argument("--no-warm", action="store_true", help="skip the warm regime")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     if not shutil.which("gdal_translate"):
@@ -166,35 +171,44 @@ def main() -> None:
           f"({decoded / 2**30:.2f} GiB decoded); cold cache {cold_cache >> 20} MiB; epoch {a.samples} samples")
     results = {}
     with tempfile.TemporaryDirectory() as work:
-        def fresh(capacity):
+        def fresh(capacity, eviction="plan"):
             return svc.Daemon(Path(work) / f"d{time.monotonic_ns()}", {}, capacity_bytes=capacity,
-                              extra_toml=extra).start()
+                              extra_toml=extra, cache_toml=f'eviction = "{eviction}"').start()
+
+        def record(key, run, label, measured):
+            wall, cpu, dec, got = measured
+            r = results.setdefault(key, {"samples_s": [], "cpu_ms": [], "decodes": []})
+            r["samples_s"].append(got / wall)
+            r["cpu_ms"].append(1000 * cpu / got)
+            r["decodes"].append(dec / got)
+            print(f"run {run} {label}: {got} samples, {got / wall:7.1f} samples/s, "
+                  f"{1000 * cpu / got:6.2f} ms CPU/sample, {dec / got:6.2f} decodes/sample", flush=True)
 
         for run in range(a.runs):
-            for order in ("random", "local"):
+            for order in a.orders.split(","):
                 n = a.samples if order == "local" else a.random_samples
-                d = fresh(cold_cache)
-                try:
-                    cold = epoch(d, order, a.samples, max_batches=n // BATCH)
-                finally:
-                    d.stop()
+                for eviction in a.eviction.split(","):
+                    d = fresh(cold_cache, eviction)
+                    try:
+                        cold = epoch(d, order, a.samples, max_batches=n // BATCH, prefetch=a.prefetch)
+                    finally:
+                        d.stop()
+                    record(f"{order}/cold/{eviction}", run, f"{order:6} cold {eviction:4}", cold)
+                    if order == "local" and eviction == "plan":
+                        results.setdefault("local/cold_decodes_epoch", []).append(cold[2])
+                    elif order == "local" and "local/cold_decodes_epoch" not in results:
+                        results.setdefault(f"local/cold_decodes_epoch/{eviction}", []).append(cold[2])
+                if a.no_warm:
+                    continue
                 d = fresh(4 << 30)
                 try:
                     epoch(d, order, a.samples, max_batches=n // BATCH)
                     warm = epoch(d, order, a.samples, max_batches=n // BATCH)
-                    touched = touched_tiles(d, a.samples) if order == "local" and run == 0 else None
+                    if order == "local" and "local/touched_tiles" not in results:
+                        results["local/touched_tiles"] = touched_tiles(d, a.samples)
                 finally:
                     d.stop()
-                for regime, (wall, cpu, dec, got) in (("cold", cold), ("warm", warm)):
-                    r = results.setdefault(f"{order}/{regime}", {"samples_s": [], "cpu_ms": [], "decodes": []})
-                    r["samples_s"].append(got / wall)
-                    r["cpu_ms"].append(1000 * cpu / got)
-                    r["decodes"].append(dec / got)
-                    print(f"run {run} {order:6} {regime}: {got} samples, {got / wall:7.1f} samples/s, "
-                          f"{1000 * cpu / got:6.2f} ms CPU/sample, {dec / got:6.2f} decodes/sample", flush=True)
-                if touched is not None:
-                    results["local/touched_tiles"] = touched
-                    results["local/cold_decodes_epoch"] = cold[2]
+                record(f"{order}/warm", run, f"{order:6} warm     ", warm)
     print("\nmedians:")
     med = {}
     for key, r in results.items():
@@ -203,15 +217,26 @@ def main() -> None:
         med[key] = {k: statistics.median(v) for k, v in r.items()}
         print(f"  {key:12} {med[key]['samples_s']:7.1f} samples/s  {med[key]['cpu_ms']:6.2f} ms CPU/sample  "
               f"{med[key]['decodes']:6.2f} decodes/sample")
-    for order in ("random", "local"):
-        c, w = med[f"{order}/cold"], med[f"{order}/warm"]
-        print(f"  {order}: cold/warm CPU per sample {c['cpu_ms'] / w['cpu_ms']:.2f}x")
-    print(f"  cold decodes per sample, random/local: "
-          f"{med['random/cold']['decodes'] / max(med['local/cold']['decodes'], 1e-9):.1f}x")
+    evictions = a.eviction.split(",")
+    for order in a.orders.split(","):
+        for ev in evictions:
+            c, w = med.get(f"{order}/cold/{ev}"), med.get(f"{order}/warm")
+            if c and w:
+                print(f"  {order} ({ev}): cold/warm CPU per sample {c['cpu_ms'] / w['cpu_ms']:.2f}x")
+        if "plan" in evictions and "lru" in evictions:
+            p, l = med[f"{order}/cold/plan"], med[f"{order}/cold/lru"]
+            print(f"  {order}: cold decodes per sample, lru/plan {l['decodes'] / max(p['decodes'], 1e-9):.2f}x, "
+                  f"CPU lru/plan {l['cpu_ms'] / p['cpu_ms']:.2f}x")
+    if "random" in a.orders and "local" in a.orders:
+        ev = evictions[0]
+        print(f"  cold decodes per sample ({ev}), random/local: "
+              f"{med[f'random/cold/{ev}']['decodes'] / max(med[f'local/cold/{ev}']['decodes'], 1e-9):.1f}x")
     if "local/touched_tiles" in results:
-        print(f"  local cold epoch: {results['local/cold_decodes_epoch']:.0f} decodes for "
-              f"{results['local/touched_tiles']} distinct tiles touched "
-              f"({results['local/cold_decodes_epoch'] / results['local/touched_tiles']:.2f}x)")
+        for key in [k for k in results if k.startswith("local/cold_decodes_epoch")]:
+            dec = statistics.median(results[key])
+            print(f"  local cold epoch ({key.split('/')[-1] if key.count('/') > 1 else 'plan'}): {dec:.0f} decodes for "
+                  f"{results['local/touched_tiles']} distinct tiles touched "
+                  f"({dec / results['local/touched_tiles']:.2f}x)")
     if a.json:
         a.json.write_text(json.dumps({"medians": med, "raw": results}, indent=1))
 

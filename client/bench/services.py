@@ -208,8 +208,9 @@ def toml_str(s):
 class Daemon:
     """`cogfeed serve --config` with the given datasets {name: [urls]}; defaults otherwise."""
 
-    def __init__(self, workdir, datasets, capacity_bytes=2 << 30, extra_toml=""):
+    def __init__(self, workdir, datasets, capacity_bytes=2 << 30, extra_toml="", cache_toml=""):
         self.dir = Path(workdir)
+        self.cache_extra = cache_toml
         self.datasets = datasets
         self.capacity = capacity_bytes
         self.extra = extra_toml
@@ -221,7 +222,7 @@ class Daemon:
                  f'metrics_listen = "127.0.0.1:{self.metrics_port}"', "",
                  "[cache]", f"capacity_bytes = {self.capacity}",
                  # Every fresh daemon plans its STAC datasets again: cold means cold.
-                 'index_dir = ""', "", self.extra]
+                 'index_dir = ""', self.cache_extra, "", self.extra]
         for name, urls in self.datasets.items():
             lines += ["[[datasets]]", f"name = {toml_str(name)}",
                       "scenes = [" + ", ".join(toml_str(u) for u in urls) + "]", ""]

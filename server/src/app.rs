@@ -107,8 +107,12 @@ impl App {
             Some(t) => Some(tls::Reloading::new(t.clone())?),
             None => None,
         };
-        let cache = TileCache::with_metrics(config.cache.capacity_bytes, Some(metrics.clone()))
-            .with_tiers(tiers(&config.cache, &metrics).await?);
+        let cache = TileCache::with_eviction(
+            config.cache.capacity_bytes,
+            config.cache.eviction,
+            Some(metrics.clone()),
+        )
+        .with_tiers(tiers(&config.cache, &metrics).await?);
         let mut tiles: Arc<dyn TileSource> = Arc::new(cache.clone());
         let cluster = match &config.cluster {
             Some(c) => {

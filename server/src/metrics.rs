@@ -51,6 +51,8 @@ pub struct Metrics {
     pub cache_misses: IntCounter,
     pub cache_coalesced: IntCounter,
     pub cache_evictions: IntCounter,
+    pub cache_evictions_planned: IntCounter,
+    pub plan_uses: IntGauge,
     pub cache_size_bytes: IntGauge,
     pub cache_capacity_bytes: IntGauge,
     /// The tiers below the decoded cache (`compressed` RAM, `disk`), by tier.
@@ -352,6 +354,16 @@ impl Metrics {
                 &r,
                 "cogfeed_cache_evictions_total",
                 "Tiles evicted to stay within capacity",
+            ),
+            cache_evictions_planned: counter(
+                &r,
+                "cogfeed_cache_evictions_planned_total",
+                "Tiles evicted that an open stream's plan still needed (the cache is smaller than the plans)",
+            ),
+            plan_uses: gauge(
+                &r,
+                "cogfeed_plan_uses",
+                "Tile reads open streams have published in their plans and not yet made",
             ),
             cache_size_bytes: gauge(&r, "cogfeed_cache_size_bytes", "Decoded bytes held by the tile cache"),
             cache_capacity_bytes: gauge(&r, "cogfeed_cache_capacity_bytes", "Capacity of the tile cache"),

@@ -85,4 +85,8 @@ impl TileSource for FleetTiles {
             _ => self.local.get_local(object, level, block).await,
         }
     }
+
+    fn board(&self) -> Option<Arc<crate::tiles::board::PlanBoard>> {
+        self.local.board()
+    }
 }

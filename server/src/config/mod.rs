@@ -232,6 +232,11 @@ pub struct CacheConfig {
     /// Bytes the disk tier may hold (default 10 GiB).
     #[serde(default = "default_disk_bytes")]
     pub disk_bytes: u64,
+    /// Which decoded tile goes first when the cache is full: `"plan"` (default: a tile no
+    /// open stream plans to read again, then the one whose next planned read is furthest
+    /// away) or `"lru"` (the least recently used).
+    #[serde(default)]
+    pub eviction: crate::tiles::store::Eviction,
 }
 
 fn default_disk_bytes() -> u64 {
@@ -280,6 +285,7 @@ impl Default for CacheConfig {
             compressed_bytes: None,
             disk_dir: None,
             disk_bytes: default_disk_bytes(),
+            eviction: Default::default(),
         }
     }
 }

@@ -6,6 +6,7 @@
 use super::{Sample, SampleImage, StreamJob};
 use crate::error::Error;
 use crate::metrics::Timer;
+use crate::sampler::WindowSpec;
 use crate::tiles::TileSource;
 
 /// How far below `min_valid_fraction` an estimate from overviews must be for a draw to be
@@ -13,6 +14,29 @@ use crate::tiles::TileSource;
 const ESTIMATE_MARGIN: f64 = 0.1;
 /// Draws rejected on geometry alone (split) tried per data-reading draw.
 const GEOMETRY_DRAWS_PER_ATTEMPT: u32 = 64;
+
+/// The layers a sample of `job` assembles: those streamed, and those its valid fraction
+/// needs (the reference layer and the mask).
+pub(super) fn wanted_layers(job: &StreamJob, map: &crate::dataset::map::MapSpace) -> Vec<usize> {
+    let rule = map.valid.as_ref();
+    let mut wanted = job.layers.clone();
+    if rule.is_some() {
+        for l in std::iter::once(0).chain(rule.and_then(|r| r.mask_layer)) {
+            if !wanted.contains(&l) {
+                wanted.push(l);
+            }
+        }
+    }
+    wanted
+}
+
+/// The first draw of sample `i` inside the job's split: the one assembled unless its
+/// valid fraction rejects it (what a stream's plan publishes).
+pub(super) fn first_draw(job: &StreamJob, map: &crate::dataset::map::MapSpace, i: u64) -> Option<WindowSpec> {
+    (0..GEOMETRY_DRAWS_PER_ATTEMPT)
+        .map_while(|attempt| job.plan.attempt(i, attempt))
+        .find(|w| job.split.is_none_or(|split| map.in_split(w, split)))
+}
 
 /// A map-space sample: every requested layer warped onto the sample's footprint. A draw
 /// whose footprint is outside the requested split, or whose valid fraction is under the
@@ -36,15 +60,7 @@ pub(super) async fn load_map_sample(
     );
     let min = rule.and_then(|r| r.min).filter(|_| redrawn);
     let full_series = redrawn && rule.is_some_and(|r| r.require_full_series);
-    let mut wanted = job.layers.clone();
-    if rule.is_some() {
-        // The valid fraction needs the reference layer and the mask.
-        for l in std::iter::once(0).chain(rule.and_then(|r| r.mask_layer)) {
-            if !wanted.contains(&l) {
-                wanted.push(l);
-            }
-        }
-    }
+    let wanted = wanted_layers(job, map);
     let max_reads = rule.map_or(crate::dataset::map::DEFAULT_ATTEMPTS, |r| r.max_attempts);
     let max_draws = max_reads.saturating_mul(GEOMETRY_DRAWS_PER_ATTEMPT);
     let (mut reads, mut rejected_split, mut rejected_valid, mut rejected_series) = (0u32, 0u32, 0u32, 0u32);

@@ -13,6 +13,7 @@
 pub mod footprints;
 pub mod lookahead;
 mod map_sample;
+pub mod plan_ahead;
 pub mod transform;
 
 use std::sync::Arc;
@@ -380,10 +381,28 @@ pub async fn run(
     queue: Option<Arc<dyn QueueObserver>>,
 ) {
     let closed = tx.clone();
+    let planned = plan(&job, cache.as_ref());
+    let cursor = planned.as_ref().map(|(c, _)| c);
     tokio::select! {
-        () = produce(job, cache, tx, queue) => {}
+        () = produce(job.clone(), cache.clone(), tx, queue, cursor) => {}
         () = closed.closed() => {}
     }
+    if let Some((_, planner)) = planned {
+        planner.abort();
+    }
+}
+
+/// Starts publishing `job`'s plan when `cache` evicts by it and the memory budget has room
+/// for the plan.
+fn plan(job: &StreamJob, cache: &dyn TileSource) -> Option<(plan_ahead::Cursor, tokio::task::JoinHandle<()>)> {
+    let board = cache.board()?;
+    let reservation = match &job.budget {
+        Some((budget, _, _)) => Some(budget.try_reserve(plan_ahead::plan_bytes())?),
+        None => None,
+    };
+    let (share, batches) = (job.share, job.batch_count());
+    let order = (0..batches).flat_map(move |k| share.samples(k));
+    Some(plan_ahead::start(job.clone(), &board, order, reservation))
 }
 
 /// The body of [`run`].
@@ -392,8 +411,10 @@ async fn produce(
     cache: Arc<dyn TileSource>,
     tx: mpsc::Sender<Result<BatchOut, Error>>,
     queue: Option<Arc<dyn QueueObserver>>,
+    cursor: Option<&plan_ahead::Cursor>,
 ) {
     let batches = job.batch_count();
+    let mut consumed = 0u64;
     let dataset_version: Arc<str> = Arc::from(job.version());
     let b = job.share.batch as usize;
     let ds = &job.dataset;
@@ -454,6 +475,10 @@ async fn produce(
                 },
                 None => loaded.next().await,
             };
+            consumed += 1;
+            if let Some(c) = cursor {
+                c.advance(consumed);
+            }
             // A load task that panicked (a bug) ends the stream with an internal error.
             let next = next.map(|r| {
                 r.unwrap_or_else(|e| {

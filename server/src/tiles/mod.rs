@@ -2,22 +2,25 @@
 //!
 //! One tile cache serves every stream and job. Keys carry the object's version (ETag, or
 //! size when the store has none), so a replaced object never mixes old and new tiles.
-//! `try_get_with` gives single-flight: concurrent requests for one missing tile cause one
-//! range GET and one decode; the others wait for it. moka weights are u32, so tiles are
-//! weighed in KiB and caches larger than 4 GiB work. The cache knows nothing of a fleet:
+//! Loads are single-flight: concurrent requests for one missing tile cause one range GET
+//! and one decode; the others wait for it. Decoded tiles live in a [`store::TileStore`],
+//! evicted by what open streams plan to read next ([`board::PlanBoard`]) or by recency.
+//! Headers live in moka. The cache knows nothing of a fleet:
 //! `cluster::FleetTiles` wraps it behind the same [`TileSource`] interface. A miss gets its
 //! compressed bytes through [`tiers::Tiers`] (compressed RAM, disk, store).
 
+pub mod board;
 pub mod compressed;
 pub mod disk;
 pub mod open;
 pub mod region;
+pub mod store;
 pub mod tiers;
 
 pub use open::{open, open_object};
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::metrics::{Metrics, Timer};
 use cogfeed_tiff::{Cog, TiffError, TiffResult};
@@ -76,7 +79,8 @@ impl TileKey {
 /// A decoded block, shared by every reader.
 pub type Tile = Arc<Vec<u8>>;
 
-/// A tile's weight in a moka cache: KiB (moka weights are u32), at least 1.
+/// A tile's weight in a moka cache (the fleet's near cache): KiB (moka weights are u32),
+/// at least 1.
 pub(crate) fn tile_kib(_key: &TileKey, tile: &Tile) -> u32 {
     (tile.len() / 1024).clamp(1, u32::MAX as usize) as u32
 }
@@ -87,12 +91,21 @@ pub(crate) fn tile_kib(_key: &TileKey, tile: &Tile) -> u32 {
 pub trait TileSource: Send + Sync + std::fmt::Debug {
     /// Block `block` of `level` of `object`, decoded, loaded once however many ask.
     async fn tile(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile>;
+
+    /// Where streams publish what they will read, when this source evicts by the plan.
+    fn board(&self) -> Option<Arc<board::PlanBoard>> {
+        None
+    }
 }
 
 #[async_trait::async_trait]
 impl TileSource for TileCache {
     async fn tile(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile> {
         self.get_local(object, level, block).await
+    }
+
+    fn board(&self) -> Option<Arc<board::PlanBoard>> {
+        (self.store.eviction() == store::Eviction::Plan).then(|| self.store.board().clone())
     }
 }
 
@@ -108,7 +121,7 @@ pub struct CacheStats {
 /// The decoded-tile cache.
 #[derive(Clone)]
 pub struct TileCache {
-    cache: moka::future::Cache<TileKey, Tile>,
+    store: Arc<store::TileStore>,
     stats: Arc<CacheStats>,
     metrics: Option<Arc<Metrics>>,
     tiers: tiers::Tiers,
@@ -116,14 +129,12 @@ pub struct TileCache {
 
 impl std::fmt::Debug for TileCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TileCache")
-            .field("entries", &self.cache.entry_count())
-            .finish()
+        f.debug_struct("TileCache").field("entries", &self.store.len()).finish()
     }
 }
 
 impl TileCache {
-    /// A cache holding about `capacity_bytes` of decoded tiles.
+    /// A cache holding about `capacity_bytes` of decoded tiles, evicted by the plan.
     pub fn new(capacity_bytes: u64) -> Self {
         Self::with_metrics(capacity_bytes, None)
     }
@@ -131,20 +142,22 @@ impl TileCache {
     /// Like [`TileCache::new`], exporting hits, misses, waits, evictions, size and decode
     /// latency into `metrics`.
     pub fn with_metrics(capacity_bytes: u64, metrics: Option<Arc<Metrics>>) -> Self {
-        let mut builder = moka::future::Cache::builder()
-            .max_capacity(capacity_bytes / 1024)
-            .weigher(tile_kib);
+        Self::with_eviction(capacity_bytes, store::Eviction::Plan, metrics)
+    }
+
+    /// A cache of `capacity_bytes` evicting by `eviction`, reporting into `metrics`.
+    pub fn with_eviction(capacity_bytes: u64, eviction: store::Eviction, metrics: Option<Arc<Metrics>>) -> Self {
+        let mut store = store::TileStore::new(capacity_bytes, eviction, board::PlanBoard::new());
         if let Some(m) = &metrics {
             m.cache_capacity_bytes.set(capacity_bytes as i64);
-            let evictions = m.cache_evictions.clone();
-            builder = builder.eviction_listener(move |_k, _v, cause| {
-                if cause == moka::notification::RemovalCause::Size {
-                    evictions.inc();
-                }
+            let (evictions, planned) = (m.cache_evictions.clone(), m.cache_evictions_planned.clone());
+            store = store.on_evict(move |n, p| {
+                evictions.inc_by(n);
+                planned.inc_by(p);
             });
         }
         Self {
-            cache: builder.build(),
+            store: Arc::new(store),
             stats: Arc::new(CacheStats::default()),
             metrics,
             tiers: tiers::Tiers::default(),
@@ -167,9 +180,9 @@ impl TileCache {
         &self.stats
     }
 
-    /// Bytes held (approximately; moka applies weights asynchronously).
+    /// KiB of decoded tiles held.
     pub fn weighted_kib(&self) -> u64 {
-        self.cache.weighted_size()
+        self.store.kib()
     }
 
     pub(crate) fn hit(&self) {
@@ -194,7 +207,8 @@ impl TileCache {
         if let Some(m) = &self.metrics {
             if miss {
                 m.cache_misses.inc();
-                m.cache_size_bytes.set((self.cache.weighted_size() * 1024) as i64);
+                m.cache_size_bytes.set((self.store.kib() * 1024) as i64);
+                m.plan_uses.set(self.store.board().entries() as i64);
             } else {
                 m.cache_coalesced.inc();
             }
@@ -222,21 +236,21 @@ impl TileCache {
     /// the store once; never asks a peer (what an owner does).
     pub async fn get_local(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile> {
         let key = object.key(level, block);
-        if let Some(tile) = self.cache.get(&key).await {
+        if let Some(tile) = self.store.get(&key) {
             self.hit();
             return Ok(tile);
         }
-        let loaded = AtomicBool::new(false);
-        let result = self
-            .cache
-            .try_get_with(key, async {
-                loaded.store(true, Ordering::Relaxed);
-                self.load(object, level, block).await
-            })
-            .await
-            .map_err(|e: Arc<TiffError>| (*e).clone());
-        self.miss_or_wait(loaded.load(Ordering::Relaxed));
-        result
+        let (this, object) = (self.clone(), object.clone());
+        let (result, got) = self
+            .store
+            .get_or_load(key, async move { this.load(&object, level, block).await })
+            .await;
+        match got {
+            store::Got::Hit => self.hit(),
+            store::Got::Loaded => self.miss_or_wait(true),
+            store::Got::Joined => self.miss_or_wait(false),
+        }
+        result.map_err(|e| (*e).clone())
     }
 }
 

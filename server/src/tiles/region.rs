@@ -17,14 +17,13 @@ pub struct RegionTiles {
     pub fill: f64,
 }
 
-/// Fetches the tiles of `window` (clipped to the scene) for `bands` of `object`.
-pub async fn fetch_region(
-    cache: &dyn TileSource,
+/// The level, request and blocks of `window` (clipped to the scene) for `bands` of
+/// `object`: what [`fetch_region`] fetches, and what a stream's plan says it will read.
+pub fn region_blocks(
     object: &TileObject,
     window: WindowSpec,
     bands: &[usize],
-    fill: f64,
-) -> TiffResult<RegionTiles> {
+) -> TiffResult<(Level, WindowRequest, Vec<usize>)> {
     let level = object.cog.level(window.level as usize)?.clone();
     let width = (window.width as u64).min(level.width.saturating_sub(window.col));
     let height = (window.height as u64).min(level.height.saturating_sub(window.row));
@@ -40,6 +39,18 @@ pub async fn fetch_region(
     // memory already; this is the backstop against a window it did not foresee).
     window::validate(&level, &request, object.cog.max_window_bytes())?;
     let blocks = window::blocks_for(&level, &request, bands);
+    Ok((level, request, blocks))
+}
+
+/// Fetches the tiles of `window` (clipped to the scene) for `bands` of `object`.
+pub async fn fetch_region(
+    cache: &dyn TileSource,
+    object: &TileObject,
+    window: WindowSpec,
+    bands: &[usize],
+    fill: f64,
+) -> TiffResult<RegionTiles> {
+    let (level, request, blocks) = region_blocks(object, window, bands)?;
     let tiles =
         futures::future::try_join_all(blocks.iter().map(|&b| cache.tile(object, window.level as usize, b))).await?;
     Ok(RegionTiles {

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::sampler::{SceneGrid, WindowSpec};
 use crate::storage::{StoreOptions, Stores};
 use crate::tiles::open;
-use crate::tiles::{HeaderCache, TileSource};
+use crate::tiles::{HeaderCache, TileKey, TileSource};
 use cogfeed_geo::warp::Resampling;
 use cogfeed_geo::{Affine, Crs, Footprint, Transformer};
 use cogfeed_stac::points;
@@ -431,24 +431,18 @@ impl MapSpace {
         Ok((bytes, used))
     }
 
-    /// `layer` on `fp`: `[T, C, H, W]` bytes, the Items used, for a time layer the day
-    /// of each step, and what harmonisation added to each step (the shift of the step's
-    /// first Item in priority order: each Item is shifted by its own).
-    async fn layer_bytes(
+    /// The Items each step of `layer` on `fp` reads, priority order: one step for a layer
+    /// without time, else one per step (None: no date fills it), with the days picked.
+    async fn layer_steps(
         &self,
-        tiles: &dyn TileSource,
         drawn: Drawn,
         layer: &LayerSpec,
+        plans: &mosaic::GridPlans,
         fp: &Footprint,
-    ) -> Result<LayerBytes> {
+    ) -> Result<(Vec<Option<Vec<usize>>>, Option<Vec<Option<NaiveDate>>>)> {
         let cands = self.candidates(drawn, layer, &fp.crs, fp.bounds);
-        let step_shift = |used: &[usize]| used.first().map_or(0, |&i| self.shift(layer, i));
-        // One plan per source grid for every asset and date of the layer.
-        let plans = &mosaic::GridPlans::new(fp, layer.resampling);
         let Some(ts) = &layer.time else {
-            let (bytes, used) = self.layer_mosaic(tiles, layer, plans, fp, &cands).await?;
-            let shifts = vec![step_shift(&used)];
-            return Ok((bytes, used, None, shifts));
+            return Ok((vec![Some(cands)], None));
         };
         // The dates whose Items meet the footprint.
         let first = &layer.assets[0];
@@ -464,18 +458,92 @@ impl MapSpace {
         dates.dedup();
         let reference = drawn.item.map_or(drawn.day, |i| day(&self.items[i]));
         let picked = ts.select(&dates, reference);
-        // Every step at once: one round trip of latency, not T.
-        let steps = futures::future::try_join_all(picked.iter().map(|d| {
-            let of_day: Vec<usize> = meeting
-                .iter()
-                .copied()
-                .filter(|&i| d.is_some() && day(&self.items[i]) == *d)
-                .collect();
-            async move {
-                match d {
-                    None => Ok(None),
-                    Some(_) => self.layer_mosaic(tiles, layer, plans, fp, &of_day).await.map(Some),
+        let of_step = picked
+            .iter()
+            .map(|d| {
+                d.map(|d| {
+                    meeting
+                        .iter()
+                        .copied()
+                        .filter(|&i| day(&self.items[i]) == Some(d))
+                        .collect()
+                })
+            })
+            .collect();
+        Ok((of_step, Some(picked)))
+    }
+
+    /// The source tiles assembling sample `window`'s layers `wanted` reads (a mosaic's
+    /// first sources; later ones are read only where those leave pixels empty): what a
+    /// stream publishes of its plan. Opens headers, reads no tile.
+    pub async fn planned_tiles(&self, window: &WindowSpec, wanted: &[usize]) -> Result<Vec<TileKey>> {
+        let scene = window.scene as usize;
+        let (crs, bounds, drawn) = (&self.grids[scene].crs, self.bounds(window), self.drawn_of(scene));
+        let mut keys = Vec::new();
+        for &li in wanted {
+            let Some(layer) = self.layers.get(li) else { continue };
+            let fp = Footprint::new(crs.clone(), bounds, layer.resolution)?;
+            let plans = mosaic::GridPlans::new(&fp, layer.resampling);
+            let (of_step, _) = self.layer_steps(drawn, layer, &plans, &fp).await?;
+            for cands in of_step.iter().flatten() {
+                for key in &layer.assets {
+                    let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, key))).await?;
+                    let mut planned = Vec::new();
+                    for src in &opened {
+                        let p = plans.plan(src)?;
+                        if p.window().is_some() && planned.len() < mosaic::MOSAIC_IN_FLIGHT {
+                            planned.push(p);
+                        }
+                    }
+                    let aligned = match planned.as_slice() {
+                        [only] => aligned_window(only.source, &fp, layer),
+                        _ => None,
+                    };
+                    for p in &planned {
+                        let spec = match aligned {
+                            Some(w) => w,
+                            None => match mosaic::read_spec(p)? {
+                                Some(w) => w,
+                                None => continue,
+                            },
+                        };
+                        let object = &p.source.object;
+                        let bands: Vec<usize> = (0..p.source.bands).collect();
+                        let (_, _, blocks) = crate::tiles::region::region_blocks(object, spec, &bands)
+                            .map_err(|e| Error::tiff(object.url.as_ref(), e))?;
+                        keys.extend(blocks.into_iter().map(|b| object.key(spec.level as usize, b)));
+                    }
                 }
+            }
+        }
+        Ok(keys)
+    }
+
+    /// `layer` on `fp`: `[T, C, H, W]` bytes, the Items used, for a time layer the day
+    /// of each step, and what harmonisation added to each step (the shift of the step's
+    /// first Item in priority order: each Item is shifted by its own).
+    async fn layer_bytes(
+        &self,
+        tiles: &dyn TileSource,
+        drawn: Drawn,
+        layer: &LayerSpec,
+        fp: &Footprint,
+    ) -> Result<LayerBytes> {
+        let step_shift = |used: &[usize]| used.first().map_or(0, |&i| self.shift(layer, i));
+        // One plan per source grid for every asset and date of the layer.
+        let plans = &mosaic::GridPlans::new(fp, layer.resampling);
+        let (of_step, picked) = self.layer_steps(drawn, layer, plans, fp).await?;
+        let (Some(ts), Some(picked)) = (&layer.time, picked) else {
+            let cands = of_step.into_iter().flatten().next().unwrap_or_default();
+            let (bytes, used) = self.layer_mosaic(tiles, layer, plans, fp, &cands).await?;
+            let shifts = vec![step_shift(&used)];
+            return Ok((bytes, used, None, shifts));
+        };
+        // Every step at once: one round trip of latency, not T.
+        let steps = futures::future::try_join_all(of_step.iter().map(|of_day| async move {
+            match of_day {
+                None => Ok(None),
+                Some(of_day) => self.layer_mosaic(tiles, layer, plans, fp, of_day).await.map(Some),
             }
         }))
         .await?;

@@ -161,6 +161,22 @@ fn grid_plan(src: &AssetSource, footprint: &Footprint, resampling: Resampling) -
     })
 }
 
+/// The window of its level a planned source reads (None: the footprint misses it).
+pub fn read_spec(planned: &Planned<'_>) -> Result<Option<WindowSpec>> {
+    let Some(window) = planned.plan.window else {
+        return Ok(None);
+    };
+    Ok(Some(WindowSpec {
+        scene: 0,
+        col: window.col,
+        row: window.row,
+        width: u32::try_from(window.width).map_err(|_| Error::InvalidArgument("source window too wide".into()))?,
+        height: u32::try_from(window.height).map_err(|_| Error::InvalidArgument("source window too tall".into()))?,
+        level: planned.plan.level as u32,
+        padded: false,
+    }))
+}
+
 /// Warps one planned source onto the footprint; None when the footprint misses it.
 async fn warp_one(
     tiles: &dyn TileSource,
@@ -189,15 +205,7 @@ async fn warp_one(
             footprint.resolution
         )));
     }
-    let spec = WindowSpec {
-        scene: 0,
-        col: window.col,
-        row: window.row,
-        width: u32::try_from(window.width).map_err(|_| Error::InvalidArgument("source window too wide".into()))?,
-        height: u32::try_from(window.height).map_err(|_| Error::InvalidArgument("source window too tall".into()))?,
-        level: level as u32,
-        padded: false,
-    };
+    let spec = read_spec(planned)?.ok_or_else(|| Error::InvalidArgument("no source window".into()))?;
     let bands: Vec<usize> = (0..src.bands).collect();
     let region = region::fetch_region(tiles, &src.object, spec, &bands, 0.0)
         .await

@@ -1,0 +1,229 @@
+//! The plan board: which tiles every open stream will read next, and how soon.
+//!
+//! A stream's epoch is a pure function of its seed, so its future reads are known. Each
+//! stream publishes, in its own order, the tiles of the samples ahead of the one it is
+//! consuming ([`StreamPlan::publish`]) and moves its cursor as it consumes
+//! ([`StreamPlan::advance`]). The tile cache asks the board how far away each resident
+//! tile's next planned use is ([`PlanBoard::distances`]): the nearest over all streams, in
+//! samples of the stream that needs it; None when no plan needs it again. That is the
+//! clairvoyant (Belady) eviction order.
+//!
+//! Tiles are named by a 64-bit digest of their key ([`tile_id`]), not the key itself, so a
+//! published use costs 8 bytes plus its share of two queues. A collision (about 2^-64 per
+//! pair) only misorders one eviction. Each stream's plan is bounded in entries
+//! ([`MAX_PLAN_ENTRIES`]); the stream admits that memory against the daemon's budget before
+//! it publishes anything. The board never loads, decodes or evicts anything itself.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::TileKey;
+
+/// Tile uses one stream may have published and not yet consumed.
+pub const MAX_PLAN_ENTRIES: usize = 1 << 18;
+/// Bytes one published use costs (its id in the stream's queue and in its tile's list, and
+/// the maps' overhead), for admitting a plan against the memory budget.
+pub const BYTES_PER_ENTRY: u64 = 64;
+
+/// A tile's name on the board: a stable 64-bit digest of its key.
+pub fn tile_id(key: &TileKey) -> u64 {
+    // SipHash with fixed keys: the same id for the same key in every stream of this process.
+    let mut h = std::hash::DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// One stream's published future: its uses in order and, per tile, their positions.
+#[derive(Debug, Default)]
+struct Uses {
+    /// Samples consumed: uses before this position are past.
+    cursor: u64,
+    /// Every published use, in the stream's order: (position, tile).
+    queue: VecDeque<(u64, u64)>,
+    /// Each tile's published positions, ascending.
+    of_tile: HashMap<u64, VecDeque<u64>>,
+}
+
+impl Uses {
+    fn advance(&mut self, cursor: u64) {
+        self.cursor = self.cursor.max(cursor);
+        while let Some(&(pos, id)) = self.queue.front() {
+            if pos >= self.cursor {
+                break;
+            }
+            self.queue.pop_front();
+            if let Some(list) = self.of_tile.get_mut(&id) {
+                list.pop_front();
+                if list.is_empty() {
+                    self.of_tile.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// Samples from the cursor to `id`'s next use (None: not planned).
+    fn distance(&self, id: u64) -> Option<u64> {
+        let next = *self.of_tile.get(&id)?.front()?;
+        Some(next.saturating_sub(self.cursor))
+    }
+}
+
+/// What every open stream will read next. One per daemon, shared by every stream and job.
+#[derive(Debug, Default)]
+pub struct PlanBoard {
+    streams: Mutex<HashMap<u64, Uses>>,
+    next_stream: AtomicU64,
+    /// Uses published and not yet consumed, over all streams (a gauge for the metrics).
+    entries: AtomicU64,
+}
+
+impl PlanBoard {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// A new stream's plan; its uses leave the board when it is dropped.
+    pub fn open(self: &Arc<Self>) -> StreamPlan {
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut s) = self.streams.lock() {
+            s.insert(id, Uses::default());
+        }
+        StreamPlan {
+            board: self.clone(),
+            id,
+            published: AtomicUsize::new(0),
+        }
+    }
+
+    /// For each tile in `ids`, samples until its nearest planned use over all streams
+    /// (None: no open stream plans to read it again).
+    pub fn distances(&self, ids: impl Iterator<Item = u64>) -> Vec<Option<u64>> {
+        let Ok(streams) = self.streams.lock() else {
+            return ids.map(|_| None).collect();
+        };
+        ids.map(|id| streams.values().filter_map(|u| u.distance(id)).min())
+            .collect()
+    }
+
+    /// Uses published and not yet consumed, over all streams.
+    pub fn entries(&self) -> u64 {
+        self.entries.load(Ordering::Relaxed)
+    }
+}
+
+/// One stream's handle on the board.
+#[derive(Debug)]
+pub struct StreamPlan {
+    board: Arc<PlanBoard>,
+    id: u64,
+    /// Entries this stream holds on the board (published, not yet consumed).
+    published: AtomicUsize,
+}
+
+impl StreamPlan {
+    /// Publishes that the sample at `position` (in this stream's order, ascending from one
+    /// call to the next) reads `tiles`.
+    pub fn publish(&self, position: u64, tiles: impl Iterator<Item = u64>) {
+        let Ok(mut s) = self.board.streams.lock() else { return };
+        let Some(uses) = s.get_mut(&self.id) else { return };
+        let before = uses.queue.len();
+        for id in tiles {
+            let list = uses.of_tile.entry(id).or_default();
+            // A sample reading one tile twice (two layers) counts once.
+            if list.back() != Some(&position) {
+                list.push_back(position);
+                uses.queue.push_back((position, id));
+            }
+        }
+        let added = uses.queue.len() - before;
+        self.published.store(uses.queue.len(), Ordering::Relaxed);
+        self.board.entries.fetch_add(added as u64, Ordering::Relaxed);
+    }
+
+    /// The stream consumed every sample before `cursor`: their uses are past.
+    pub fn advance(&self, cursor: u64) {
+        let Ok(mut s) = self.board.streams.lock() else { return };
+        let Some(uses) = s.get_mut(&self.id) else { return };
+        let before = uses.queue.len();
+        uses.advance(cursor);
+        let removed = before - uses.queue.len();
+        self.published.store(uses.queue.len(), Ordering::Relaxed);
+        self.board.entries.fetch_sub(removed as u64, Ordering::Relaxed);
+    }
+
+    /// Uses this stream has published and not yet consumed.
+    pub fn published(&self) -> usize {
+        self.published.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for StreamPlan {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.board.streams.lock()
+            && let Some(uses) = s.remove(&self.id)
+        {
+            self.board.entries.fetch_sub(uses.queue.len() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distance_is_the_nearest_use_over_streams_and_past_uses_leave() {
+        let board = PlanBoard::new();
+        let a = board.open();
+        let b = board.open();
+        a.publish(0, [1, 2].into_iter());
+        a.publish(1, [2].into_iter());
+        a.publish(5, [3, 1].into_iter());
+        b.publish(0, [4].into_iter());
+        b.publish(2, [3].into_iter());
+        assert_eq!(board.entries(), 7);
+        assert_eq!(
+            board.distances([1, 2, 3, 4, 9].into_iter()),
+            vec![Some(0), Some(0), Some(2), Some(0), None]
+        );
+        a.advance(1);
+        b.advance(1);
+        // Tile 1's next use in `a` is now sample 5; tile 4 was only needed by `b`'s sample 0.
+        assert_eq!(
+            board.distances([1, 2, 3, 4].into_iter()),
+            vec![Some(4), Some(0), Some(1), None]
+        );
+        assert_eq!(a.published(), 3);
+        drop(b);
+        assert_eq!(board.distances([3].into_iter()), vec![Some(4)]);
+        assert_eq!(board.entries(), 3);
+        drop(a);
+        assert_eq!(board.entries(), 0);
+        assert_eq!(board.distances([1, 2, 3].into_iter()), vec![None, None, None]);
+    }
+
+    #[test]
+    fn a_tile_read_twice_by_one_sample_is_one_use() {
+        let board = PlanBoard::new();
+        let a = board.open();
+        a.publish(3, [7, 7, 8].into_iter());
+        assert_eq!(a.published(), 2);
+        a.advance(4);
+        assert_eq!(a.published(), 0);
+        assert_eq!(board.entries(), 0);
+    }
+
+    #[test]
+    fn ids_are_stable_and_tell_keys_apart() {
+        let url: Arc<str> = Arc::from("s3://b/x.tif");
+        let v1: Arc<str> = Arc::from("etag-1");
+        let v2: Arc<str> = Arc::from("etag-2");
+        let k = TileKey::new(&url, &v1, 0, 5);
+        assert_eq!(tile_id(&k), tile_id(&k.clone()));
+        assert_ne!(tile_id(&k), tile_id(&TileKey::new(&url, &v2, 0, 5)));
+        assert_ne!(tile_id(&k), tile_id(&TileKey::new(&url, &v1, 1, 5)));
+        assert_ne!(tile_id(&k), tile_id(&TileKey::new(&url, &v1, 0, 6)));
+    }
+}
