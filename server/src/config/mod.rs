@@ -236,7 +236,19 @@ pub struct CacheConfig {
     /// open stream plans to read again, then the one whose next planned read is furthest
     /// away) or `"lru"` (the least recently used).
     #[serde(default)]
-    pub eviction: crate::tiles::store::Eviction,
+    pub eviction: Eviction,
+}
+
+/// Which decoded tile goes first when the cache is full (`[cache] eviction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Eviction {
+    /// A tile no open stream plans to read again, then the furthest next planned read
+    /// (Belady).
+    #[default]
+    Plan,
+    /// The least recently used.
+    Lru,
 }
 
 fn default_disk_bytes() -> u64 {

@@ -382,7 +382,7 @@ pub async fn run(
 ) {
     let closed = tx.clone();
     let planned = plan(&job, cache.as_ref());
-    let cursor = planned.as_ref().map(|(c, _)| c);
+    let cursor = planned.as_ref().map(|(c, _)| c.clone());
     tokio::select! {
         () = produce(job.clone(), cache.clone(), tx, queue, cursor) => {}
         () = closed.closed() => {}
@@ -394,7 +394,7 @@ pub async fn run(
 
 /// Starts publishing `job`'s plan when `cache` evicts by it and the memory budget has room
 /// for the plan.
-fn plan(job: &StreamJob, cache: &dyn TileSource) -> Option<(plan_ahead::Cursor, tokio::task::JoinHandle<()>)> {
+fn plan(job: &StreamJob, cache: &dyn TileSource) -> Option<(Arc<plan_ahead::Cursor>, tokio::task::JoinHandle<()>)> {
     let board = cache.board()?;
     let reservation = match &job.budget {
         Some((budget, _, _)) => Some(budget.try_reserve(plan_ahead::plan_bytes())?),
@@ -411,7 +411,7 @@ async fn produce(
     cache: Arc<dyn TileSource>,
     tx: mpsc::Sender<Result<BatchOut, Error>>,
     queue: Option<Arc<dyn QueueObserver>>,
-    cursor: Option<&plan_ahead::Cursor>,
+    cursor: Option<Arc<plan_ahead::Cursor>>,
 ) {
     let batches = job.batch_count();
     let mut consumed = 0u64;
@@ -432,9 +432,16 @@ async fn produce(
             .map(move |i| (i, slices.as_mut().and_then(Iterator::next)))
     });
     let shared = Arc::new((job.clone(), cache.clone()));
-    let loads = samples.map(move |(i, slot)| {
-        let shared = shared.clone();
-        async move { (i, load_sample(&shared.0, shared.1.as_ref(), i, slot).await) }
+    let planned = cursor.clone();
+    let loads = samples.enumerate().map(move |(position, (i, slot))| {
+        let (shared, planned) = (shared.clone(), planned.clone());
+        async move {
+            let sample = load_sample(&shared.0, shared.1.as_ref(), i, slot).await;
+            if let Some(p) = planned {
+                p.loaded(position as u64);
+            }
+            (i, sample)
+        }
     });
     let mut loaded = lookahead::Lookahead::new(loads, job.prefetch);
     if let Some((budget, sample_bytes, reserved)) = &job.budget {
@@ -476,7 +483,7 @@ async fn produce(
                 None => loaded.next().await,
             };
             consumed += 1;
-            if let Some(c) = cursor {
+            if let Some(c) = &cursor {
                 c.advance(consumed);
             }
             // A load task that panicked (a bug) ends the stream with an internal error.

@@ -39,17 +39,24 @@ impl Cursor {
         self.plan.advance(consumed);
         self.moved.send_replace(consumed);
     }
+
+    /// The sample at `position` is loaded: it reads no more tiles, though it waits for
+    /// the samples before it to be delivered (a deep look-ahead would otherwise keep its
+    /// tiles as if still needed, crowding out those the next loads need).
+    pub fn loaded(&self, position: u64) {
+        self.plan.retire(position);
+    }
 }
 
 /// Starts planning `order` (the stream's sample indices in delivery order) for `job` on
 /// `board`, within `reservation`. Returns the consumer's cursor; the planner stops when the
-/// returned handle is aborted or the order ends.
+/// cursor is dropped, the returned handle is aborted or the order ends.
 pub fn start(
     job: StreamJob,
     board: &Arc<PlanBoard>,
     order: impl Iterator<Item = u64> + Send + 'static,
     reservation: Option<Reservation>,
-) -> (Cursor, tokio::task::JoinHandle<()>) {
+) -> (Arc<Cursor>, tokio::task::JoinHandle<()>) {
     let plan = Arc::new(board.open());
     let (moved, watched) = watch::channel(0u64);
     let planner = plan.clone();
@@ -57,7 +64,7 @@ pub fn start(
         let _memory = reservation;
         plan_order(&job, &planner, order, watched).await;
     });
-    (Cursor { plan, moved }, task)
+    (Arc::new(Cursor { plan, moved }), task)
 }
 
 /// Bytes a stream's plan may hold, admitted against the memory budget.

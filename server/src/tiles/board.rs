@@ -40,25 +40,53 @@ pub fn tile_id(key: &TileKey) -> u64 {
 struct Uses {
     /// Samples consumed: uses before this position are past.
     cursor: u64,
-    /// Every published use, in the stream's order: (position, tile).
-    queue: VecDeque<(u64, u64)>,
-    /// Each tile's published positions, ascending.
+    /// Every published use, in the stream's order: (position, tile, still to come). A
+    /// sample loaded ahead of the cursor retires its uses before the cursor reaches it.
+    queue: VecDeque<(u64, u64, bool)>,
+    /// Each tile's positions still to come, ascending.
     of_tile: HashMap<u64, VecDeque<u64>>,
+    /// Uses still to come.
+    alive: usize,
 }
 
 impl Uses {
+    /// Removes `position` from `id`'s list.
+    fn forget(&mut self, id: u64, position: u64) {
+        if let Some(list) = self.of_tile.get_mut(&id) {
+            if let Some(k) = list.iter().position(|&p| p == position) {
+                list.remove(k);
+                self.alive -= 1;
+            }
+            if list.is_empty() {
+                self.of_tile.remove(&id);
+            }
+        }
+    }
+
     fn advance(&mut self, cursor: u64) {
         self.cursor = self.cursor.max(cursor);
-        while let Some(&(pos, id)) = self.queue.front() {
+        while let Some(&(pos, id, alive)) = self.queue.front() {
             if pos >= self.cursor {
                 break;
             }
             self.queue.pop_front();
-            if let Some(list) = self.of_tile.get_mut(&id) {
-                list.pop_front();
-                if list.is_empty() {
-                    self.of_tile.remove(&id);
-                }
+            if alive {
+                self.forget(id, pos);
+            }
+        }
+    }
+
+    /// The sample at `position` has read its tiles: its uses are past.
+    fn retire(&mut self, position: u64) {
+        let start = self.queue.partition_point(|&(p, _, _)| p < position);
+        for k in start..self.queue.len() {
+            let (p, id, alive) = self.queue[k];
+            if p != position {
+                break;
+            }
+            if alive {
+                self.queue[k].2 = false;
+                self.forget(id, p);
             }
         }
     }
@@ -128,32 +156,53 @@ impl StreamPlan {
     pub fn publish(&self, position: u64, tiles: impl Iterator<Item = u64>) {
         let Ok(mut s) = self.board.streams.lock() else { return };
         let Some(uses) = s.get_mut(&self.id) else { return };
-        let before = uses.queue.len();
+        let before = uses.alive;
         for id in tiles {
             let list = uses.of_tile.entry(id).or_default();
             // A sample reading one tile twice (two layers) counts once.
             if list.back() != Some(&position) {
                 list.push_back(position);
-                uses.queue.push_back((position, id));
+                uses.queue.push_back((position, id, true));
+                uses.alive += 1;
             }
         }
-        let added = uses.queue.len() - before;
-        self.published.store(uses.queue.len(), Ordering::Relaxed);
-        self.board.entries.fetch_add(added as u64, Ordering::Relaxed);
+        self.settle(before, uses);
     }
 
     /// The stream consumed every sample before `cursor`: their uses are past.
     pub fn advance(&self, cursor: u64) {
         let Ok(mut s) = self.board.streams.lock() else { return };
         let Some(uses) = s.get_mut(&self.id) else { return };
-        let before = uses.queue.len();
+        let before = uses.alive;
         uses.advance(cursor);
-        let removed = before - uses.queue.len();
-        self.published.store(uses.queue.len(), Ordering::Relaxed);
-        self.board.entries.fetch_sub(removed as u64, Ordering::Relaxed);
+        self.settle(before, uses);
     }
 
-    /// Uses this stream has published and not yet consumed.
+    /// The sample at `position` has read every tile it needed (loaded ahead of the cursor,
+    /// it waits to be delivered in order): its uses are past.
+    pub fn retire(&self, position: u64) {
+        let Ok(mut s) = self.board.streams.lock() else { return };
+        let Some(uses) = s.get_mut(&self.id) else { return };
+        let before = uses.alive;
+        uses.retire(position);
+        self.settle(before, uses);
+    }
+
+    /// Counts the change from `before` uses to come.
+    fn settle(&self, before: usize, uses: &Uses) {
+        self.published.store(uses.queue.len(), Ordering::Relaxed);
+        if uses.alive >= before {
+            self.board
+                .entries
+                .fetch_add((uses.alive - before) as u64, Ordering::Relaxed);
+        } else {
+            self.board
+                .entries
+                .fetch_sub((before - uses.alive) as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Uses this stream holds on the board (published, the cursor not past them yet).
     pub fn published(&self) -> usize {
         self.published.load(Ordering::Relaxed)
     }
@@ -202,6 +251,27 @@ mod tests {
         drop(a);
         assert_eq!(board.entries(), 0);
         assert_eq!(board.distances([1, 2, 3].into_iter()), vec![None, None, None]);
+    }
+
+    #[test]
+    fn a_sample_loaded_ahead_retires_its_uses_before_the_cursor_passes() {
+        let board = PlanBoard::new();
+        let a = board.open();
+        a.publish(0, [1, 2].into_iter());
+        a.publish(1, [2, 3].into_iter());
+        a.publish(2, [3, 2].into_iter());
+        a.retire(1);
+        assert_eq!(board.distances([1, 2, 3].into_iter()), vec![Some(0), Some(0), Some(2)]);
+        assert_eq!(board.entries(), 4);
+        a.retire(0);
+        assert_eq!(board.distances([1, 2, 3].into_iter()), vec![None, Some(2), Some(2)]);
+        // Retired twice, or passed by the cursor after retiring: counted once.
+        a.retire(0);
+        a.advance(2);
+        assert_eq!(board.entries(), 2);
+        assert_eq!(board.distances([2, 3].into_iter()), vec![Some(0), Some(0)]);
+        a.advance(3);
+        assert_eq!((board.entries(), a.published()), (0, 0));
     }
 
     #[test]

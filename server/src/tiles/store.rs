@@ -26,19 +26,10 @@ use super::board::{PlanBoard, tile_id};
 use super::{Tile, TileKey};
 use cogfeed_tiff::TiffError;
 
+pub use crate::config::Eviction;
+
 /// An eviction pass brings the store down to this share of its budget.
 pub const LOW_WATER: f64 = 0.97;
-
-/// Which tile goes first when the store is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Eviction {
-    /// Unplanned first, then the furthest next planned use (Belady).
-    #[default]
-    Plan,
-    /// Least recently used first.
-    Lru,
-}
 
 type LoadFuture = BoxFuture<'static, Result<Tile, Arc<TiffError>>>;
 type Load = Shared<LoadFuture>;

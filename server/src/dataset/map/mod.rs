@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::sampler::{SceneGrid, WindowSpec};
 use crate::storage::{StoreOptions, Stores};
 use crate::tiles::open;
-use crate::tiles::{HeaderCache, TileKey, TileSource};
+use crate::tiles::{HeaderCache, TileSource};
 use cogfeed_geo::warp::Resampling;
 use cogfeed_geo::{Affine, Crs, Footprint, Transformer};
 use cogfeed_stac::points;
@@ -36,6 +36,7 @@ pub mod harmonize;
 mod items;
 pub mod mosaic;
 pub mod plan_index;
+mod planned;
 pub mod rules;
 pub mod split;
 pub mod time;
@@ -471,52 +472,6 @@ impl MapSpace {
             })
             .collect();
         Ok((of_step, Some(picked)))
-    }
-
-    /// The source tiles assembling sample `window`'s layers `wanted` reads (a mosaic's
-    /// first sources; later ones are read only where those leave pixels empty): what a
-    /// stream publishes of its plan. Opens headers, reads no tile.
-    pub async fn planned_tiles(&self, window: &WindowSpec, wanted: &[usize]) -> Result<Vec<TileKey>> {
-        let scene = window.scene as usize;
-        let (crs, bounds, drawn) = (&self.grids[scene].crs, self.bounds(window), self.drawn_of(scene));
-        let mut keys = Vec::new();
-        for &li in wanted {
-            let Some(layer) = self.layers.get(li) else { continue };
-            let fp = Footprint::new(crs.clone(), bounds, layer.resolution)?;
-            let plans = mosaic::GridPlans::new(&fp, layer.resampling);
-            let (of_step, _) = self.layer_steps(drawn, layer, &plans, &fp).await?;
-            for cands in of_step.iter().flatten() {
-                for key in &layer.assets {
-                    let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, key))).await?;
-                    let mut planned = Vec::new();
-                    for src in &opened {
-                        let p = plans.plan(src)?;
-                        if p.window().is_some() && planned.len() < mosaic::MOSAIC_IN_FLIGHT {
-                            planned.push(p);
-                        }
-                    }
-                    let aligned = match planned.as_slice() {
-                        [only] => aligned_window(only.source, &fp, layer),
-                        _ => None,
-                    };
-                    for p in &planned {
-                        let spec = match aligned {
-                            Some(w) => w,
-                            None => match mosaic::read_spec(p)? {
-                                Some(w) => w,
-                                None => continue,
-                            },
-                        };
-                        let object = &p.source.object;
-                        let bands: Vec<usize> = (0..p.source.bands).collect();
-                        let (_, _, blocks) = crate::tiles::region::region_blocks(object, spec, &bands)
-                            .map_err(|e| Error::tiff(object.url.as_ref(), e))?;
-                        keys.extend(blocks.into_iter().map(|b| object.key(spec.level as usize, b)));
-                    }
-                }
-            }
-        }
-        Ok(keys)
     }
 
     /// `layer` on `fp`: `[T, C, H, W]` bytes, the Items used, for a time layer the day
