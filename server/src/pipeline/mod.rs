@@ -384,7 +384,7 @@ pub async fn run(
     let planned = plan(&job, cache.as_ref());
     let cursor = planned.as_ref().map(|(c, _)| c.clone());
     tokio::select! {
-        () = produce(job.clone(), cache.clone(), tx, queue, cursor) => {}
+        () = produce(job, cache, tx, queue, cursor) => {}
         () = closed.closed() => {}
     }
     if let Some((_, planner)) = planned {

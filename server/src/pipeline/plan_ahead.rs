@@ -6,7 +6,8 @@
 //! fetched or decoded for the plan) and publishes it, staying at most [`HORIZON`] samples
 //! and [`MAX_PLAN_ENTRIES`] uses ahead of the consumer. A map-space sample publishes its
 //! first draw inside the split; a draw its valid fraction rejects is redrawn by the load,
-//! unplanned. The plan's memory is admitted against the daemon's budget like look-ahead
+//! unplanned. Nothing is planned while the tile cache is not nearly full: a cache that holds
+//! everything needs no plan. The plan's memory is admitted against the daemon's budget like look-ahead
 //! (taken if free, never waited for): without room the stream runs unplanned and its tiles
 //! are evicted by recency. Never changes what a stream delivers, only what stays cached.
 
@@ -21,16 +22,19 @@ use crate::memory::Reservation;
 use crate::tiles::board::{BYTES_PER_ENTRY, MAX_PLAN_ENTRIES, PlanBoard, StreamPlan, tile_id};
 use crate::tiles::{TileKey, region};
 
-/// Samples the plan reaches ahead of the consumer at most.
-pub const HORIZON: u64 = 1 << 16;
-/// Samples planned between two yields to the runtime.
-const PLANNED_PER_YIELD: u64 = 16;
+/// Samples the plan reaches ahead of the consumer at most. Planning a sample costs CPU
+/// outside the stream's share of the CPU pool (tens to hundreds of µs in map space), so the
+/// planner stays this close: a burst of at most this many plans when a stream starts, then
+/// one plan per sample consumed.
+pub const HORIZON: u64 = 512;
 
 /// The consumer's side: moves the cursor as samples are consumed.
 #[derive(Debug)]
 pub struct Cursor {
     plan: Arc<StreamPlan>,
     moved: watch::Sender<u64>,
+    /// The plan's memory, held as long as its uses can be on the board.
+    _memory: Option<Reservation>,
 }
 
 impl Cursor {
@@ -61,10 +65,14 @@ pub fn start(
     let (moved, watched) = watch::channel(0u64);
     let planner = plan.clone();
     let task = tokio::spawn(async move {
-        let _memory = reservation;
         plan_order(&job, &planner, order, watched).await;
     });
-    (Arc::new(Cursor { plan, moved }), task)
+    let cursor = Cursor {
+        plan,
+        moved,
+        _memory: reservation,
+    };
+    (Arc::new(cursor), task)
 }
 
 /// Bytes a stream's plan may hold, admitted against the memory budget.
@@ -80,9 +88,12 @@ async fn plan_order(
 ) {
     for (position, i) in order.enumerate() {
         let position = position as u64;
-        // Wait for room: within the horizon and the plan's entries.
+        // Wait for room (within the horizon and the plan's entries) and for a cache that
+        // wants plans (nearly full; checked again as the cursor moves).
         let Ok(now) = cursor
-            .wait_for(|&c| position < c || (position < c + HORIZON && plan.published() < MAX_PLAN_ENTRIES))
+            .wait_for(|&c| {
+                position < c || (position < c + HORIZON && plan.published() < MAX_PLAN_ENTRIES && plan.wanted())
+            })
             .await
             .map(|c| *c)
         else {
@@ -95,9 +106,8 @@ async fn plan_order(
         if let Ok(keys) = planned_tiles(job, i).await {
             plan.publish(position, keys.iter().map(tile_id));
         }
-        if position % PLANNED_PER_YIELD == PLANNED_PER_YIELD - 1 {
-            tokio::task::yield_now().await;
-        }
+        // One plan at a time: other streams' tasks run between them.
+        tokio::task::yield_now().await;
     }
 }
 

@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::TileKey;
@@ -50,6 +50,19 @@ struct Uses {
 }
 
 impl Uses {
+    /// The sample at `position` reads `tiles` (a tile read twice by one sample, e.g. by two
+    /// layers, counts once).
+    fn publish(&mut self, position: u64, tiles: impl Iterator<Item = u64>) {
+        for id in tiles {
+            let list = self.of_tile.entry(id).or_default();
+            if list.back() != Some(&position) {
+                list.push_back(position);
+                self.queue.push_back((position, id, true));
+                self.alive += 1;
+            }
+        }
+    }
+
     /// Removes `position` from `id`'s list.
     fn forget(&mut self, id: u64, position: u64) {
         if let Some(list) = self.of_tile.get_mut(&id) {
@@ -105,6 +118,9 @@ pub struct PlanBoard {
     next_stream: AtomicU64,
     /// Uses published and not yet consumed, over all streams (a gauge for the metrics).
     entries: AtomicU64,
+    /// The cache is nearly full: its evictions will ask. Until then no stream plans (a
+    /// cache that holds everything needs no plan, and planning costs CPU).
+    pressure: AtomicBool,
 }
 
 impl PlanBoard {
@@ -139,6 +155,16 @@ impl PlanBoard {
     pub fn entries(&self) -> u64 {
         self.entries.load(Ordering::Relaxed)
     }
+
+    /// The cache says whether it is nearly full (the cache's business, not the streams').
+    pub fn set_pressure(&self, full: bool) {
+        self.pressure.store(full, Ordering::Relaxed);
+    }
+
+    /// Whether plans are worth making: the cache is nearly full.
+    pub fn under_pressure(&self) -> bool {
+        self.pressure.load(Ordering::Relaxed)
+    }
 }
 
 /// One stream's handle on the board.
@@ -154,57 +180,42 @@ impl StreamPlan {
     /// Publishes that the sample at `position` (in this stream's order, ascending from one
     /// call to the next) reads `tiles`.
     pub fn publish(&self, position: u64, tiles: impl Iterator<Item = u64>) {
-        let Ok(mut s) = self.board.streams.lock() else { return };
-        let Some(uses) = s.get_mut(&self.id) else { return };
-        let before = uses.alive;
-        for id in tiles {
-            let list = uses.of_tile.entry(id).or_default();
-            // A sample reading one tile twice (two layers) counts once.
-            if list.back() != Some(&position) {
-                list.push_back(position);
-                uses.queue.push_back((position, id, true));
-                uses.alive += 1;
-            }
-        }
-        self.settle(before, uses);
+        self.update(|uses| uses.publish(position, tiles));
     }
 
     /// The stream consumed every sample before `cursor`: their uses are past.
     pub fn advance(&self, cursor: u64) {
-        let Ok(mut s) = self.board.streams.lock() else { return };
-        let Some(uses) = s.get_mut(&self.id) else { return };
-        let before = uses.alive;
-        uses.advance(cursor);
-        self.settle(before, uses);
+        self.update(|uses| uses.advance(cursor));
     }
 
     /// The sample at `position` has read every tile it needed (loaded ahead of the cursor,
     /// it waits to be delivered in order): its uses are past.
     pub fn retire(&self, position: u64) {
+        self.update(|uses| uses.retire(position));
+    }
+
+    /// Applies `change` to this stream's uses and counts what it added or removed.
+    fn update(&self, change: impl FnOnce(&mut Uses)) {
         let Ok(mut s) = self.board.streams.lock() else { return };
         let Some(uses) = s.get_mut(&self.id) else { return };
         let before = uses.alive;
-        uses.retire(position);
-        self.settle(before, uses);
-    }
-
-    /// Counts the change from `before` uses to come.
-    fn settle(&self, before: usize, uses: &Uses) {
+        change(uses);
         self.published.store(uses.queue.len(), Ordering::Relaxed);
-        if uses.alive >= before {
-            self.board
-                .entries
-                .fetch_add((uses.alive - before) as u64, Ordering::Relaxed);
-        } else {
-            self.board
-                .entries
-                .fetch_sub((before - uses.alive) as u64, Ordering::Relaxed);
-        }
+        let entries = &self.board.entries;
+        match uses.alive.checked_sub(before) {
+            Some(added) => entries.fetch_add(added as u64, Ordering::Relaxed),
+            None => entries.fetch_sub((before - uses.alive) as u64, Ordering::Relaxed),
+        };
     }
 
     /// Uses this stream holds on the board (published, the cursor not past them yet).
     pub fn published(&self) -> usize {
         self.published.load(Ordering::Relaxed)
+    }
+
+    /// Whether the cache wants plans now ([`PlanBoard::under_pressure`]).
+    pub fn wanted(&self) -> bool {
+        self.board.under_pressure()
     }
 }
 

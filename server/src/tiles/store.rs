@@ -204,6 +204,8 @@ impl TileStore {
                             id,
                         },
                     );
+                    // Plans pay once the cache is nearly full (it starts evicting soon).
+                    self.board.set_pressure(s.kib >= self.capacity_kib / 10 * 9);
                     if s.kib > self.capacity_kib {
                         let (n, planned) = self.evict(&mut s, &key);
                         if let Some(f) = &self.on_evict {
