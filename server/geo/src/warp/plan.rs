@@ -99,11 +99,73 @@ impl PixelMapper<'_> {
             self.map(&mut xs, &mut ys);
             return (xs, ys);
         }
-        for i in 0..h {
-            let row = i * w..(i + 1) * w;
-            self.approx_row(&mut xs[row.clone()], &mut ys[row]);
+        if h <= SHORT_SEGMENT {
+            for i in 0..h {
+                self.row(&mut xs, &mut ys, w, i);
+            }
+            return (xs, ys);
         }
+        let (a, b) = (0, h - 1);
+        for i in [a, (a + b) / 2, b] {
+            self.row(&mut xs, &mut ys, w, i);
+        }
+        self.rows(&mut xs, &mut ys, w, (a, b));
         (xs, ys)
+    }
+
+    /// Row `i` (of `w` points) mapped by [`Self::approx_row`].
+    fn row(&self, xs: &mut [f64], ys: &mut [f64], w: usize, i: usize) {
+        let row = i * w..(i + 1) * w;
+        self.approx_row(&mut xs[row.clone()], &mut ys[row]);
+    }
+
+    /// The rows strictly between `a` and `b` (of `w` points each) whose rows `a`, `(a + b) / 2`
+    /// and `b` are already mapped: [`Self::segment`] across rows. The quarter rows are mapped
+    /// row by row; where every point of both lies within half of [`APPROX_ERROR_PX`] of the
+    /// parabola through its column's three mapped rows, the rows between are interpolated
+    /// column by column, else each half is done the same way. A reprojected footprint of a few
+    /// hundred rows then maps five rows, not every one.
+    fn rows(&self, xs: &mut [f64], ys: &mut [f64], w: usize, (a, b): (usize, usize)) {
+        let m = (a + b) / 2;
+        if b - a <= SHORT_SEGMENT {
+            for i in (a + 1..b).filter(|&i| i != m) {
+                self.row(xs, ys, w, i);
+            }
+            return;
+        }
+        let (q1, q3) = ((a + m) / 2, (m + b) / 2);
+        self.row(xs, ys, w, q1);
+        self.row(xs, ys, w, q3);
+        let finite = [a, q1, m, q3, b].iter().all(|&i| {
+            xs[i * w..(i + 1) * w]
+                .iter()
+                .chain(&ys[i * w..(i + 1) * w])
+                .all(|v| v.is_finite())
+        });
+        let weights = lagrange(a, m, b);
+        let tol = (APPROX_ERROR_PX / 2.0).powi(2);
+        let fits = |k: usize| {
+            let [la, lm, lb] = weights(k);
+            (0..w).all(|j| {
+                let (pa, pm, pb, pk) = (a * w + j, m * w + j, b * w + j, k * w + j);
+                let ix = xs[pa] * la + xs[pm] * lm + xs[pb] * lb;
+                let iy = ys[pa] * la + ys[pm] * lm + ys[pb] * lb;
+                (ix - xs[pk]).powi(2) + (iy - ys[pk]).powi(2) <= tol
+            })
+        };
+        if finite && fits(q1) && fits(q3) {
+            for k in (a + 1..b).filter(|&k| k != q1 && k != m && k != q3) {
+                let [la, lm, lb] = weights(k);
+                for j in 0..w {
+                    let (pa, pm, pb) = (a * w + j, m * w + j, b * w + j);
+                    xs[k * w + j] = xs[pa] * la + xs[pm] * lm + xs[pb] * lb;
+                    ys[k * w + j] = ys[pa] * la + ys[pm] * lm + ys[pb] * lb;
+                }
+            }
+            return;
+        }
+        self.rows(xs, ys, w, (a, m));
+        self.rows(xs, ys, w, (m, b));
     }
 
     /// Maps one row of points, as GDAL's approximate transformer does but with an error
@@ -155,20 +217,9 @@ impl PixelMapper<'_> {
             put(xs, ys, b, pb);
             return;
         }
-        // Lagrange's form through (a, pa), (m, pm), (b, pb), its denominators inverted once.
-        let (fa, fm, fb) = (a as f64, m as f64, b as f64);
-        let (ra, rm, rb) = (
-            1.0 / ((fa - fm) * (fa - fb)),
-            1.0 / ((fm - fa) * (fm - fb)),
-            1.0 / ((fb - fa) * (fb - fm)),
-        );
+        let weights = lagrange(a, m, b);
         let quad = |k: usize| {
-            let t = k as f64;
-            let (la, lm, lb) = (
-                (t - fm) * (t - fb) * ra,
-                (t - fa) * (t - fb) * rm,
-                (t - fa) * (t - fm) * rb,
-            );
+            let [la, lm, lb] = weights(k);
             (pa.0 * la + pm.0 * lm + pb.0 * lb, pa.1 * la + pm.1 * lm + pb.1 * lb)
         };
         let close = |k: usize, x: f64, y: f64| {
@@ -193,6 +244,25 @@ impl PixelMapper<'_> {
 
 /// Segments of at most this many points (plus one) are transformed point by point.
 const SHORT_SEGMENT: usize = 8;
+
+/// Lagrange's weights at `k` of the parabola through positions `a`, `m` and `b` (their
+/// denominators inverted once).
+fn lagrange(a: usize, m: usize, b: usize) -> impl Fn(usize) -> [f64; 3] {
+    let (fa, fm, fb) = (a as f64, m as f64, b as f64);
+    let (ra, rm, rb) = (
+        1.0 / ((fa - fm) * (fa - fb)),
+        1.0 / ((fm - fa) * (fm - fb)),
+        1.0 / ((fb - fa) * (fb - fm)),
+    );
+    move |k| {
+        let t = k as f64;
+        [
+            (t - fm) * (t - fb) * ra,
+            (t - fa) * (t - fb) * rm,
+            (t - fa) * (t - fm) * rb,
+        ]
+    }
+}
 
 /// The length, in full-resolution source pixels, of one footprint pixel's x edge at the
 /// footprint's centre: the ratio GDAL's `-ovr AUTO` compares overview factors with.
