@@ -121,8 +121,9 @@ def asset(name, shape, transform, dtype, nodata, res, epsg=EPSG):
             "raster:bands": [{"data_type": dtype, "nodata": nodata, "spatial_resolution": res}]}
 
 
-def write_archive(data: Path) -> Path:
-    """The COGs and their STAC Items (kept when items.json is there)."""
+def write_archive(data: Path, side: int = SIDE) -> Path:
+    """The COGs and their STAC Items (kept when items.json is there): two Sentinel-2 tiles of
+    `side` pixels at 10 m (and the rest of the archive over them)."""
     import pyproj
     from rasterio.transform import from_origin
 
@@ -135,8 +136,8 @@ def write_archive(data: Path) -> Path:
     features = []
 
     def feature(fid, collection, x0, day, props, assets):
-        xs = [x0, x0 + SIDE * 10, x0, x0 + SIDE * 10]
-        ys = [Y0, Y0, Y0 - SIDE * 10, Y0 - SIDE * 10]
+        xs = [x0, x0 + side * 10, x0, x0 + side * 10]
+        ys = [Y0, Y0, Y0 - side * 10, Y0 - side * 10]
         lon, lat = to_lonlat.transform(xs, ys)
         bbox = [min(lon), min(lat), max(lon), max(lat)]
         ring = [[bbox[0], bbox[1]], [bbox[2], bbox[1]], [bbox[2], bbox[3]], [bbox[0], bbox[3]], [bbox[0], bbox[1]]]
@@ -146,12 +147,12 @@ def write_archive(data: Path) -> Path:
                          "assets": assets})
 
     for tile in range(2):
-        x0 = X0 + tile * (SIDE - OVERLAP) * 10
+        x0 = X0 + tile * (side - OVERLAP) * 10
         for d in range(S2_DATES):
             assets = {}
             for band in S2_10M + S2_20M:
                 res = 10 if band in S2_10M else 20
-                n = SIDE * 10 // res
+                n = side * 10 // res
                 name = f"s2_t{tile}_d{d:02d}_{band}.tif"
                 transform = from_origin(x0, Y0, res, res)
                 cog(data, name, rng.integers(1, 4096, size=(n, n), dtype=np.uint16), f"EPSG:{EPSG}", transform, 0)
@@ -164,14 +165,14 @@ def write_archive(data: Path) -> Path:
                 transform = from_origin(x0, Y0, 10, 10)
                 for pol in ("vv", "vh"):
                     name = f"s1_t{tile}_{orbit[:3]}_d{d}_{pol}.tif"
-                    values = rng.gamma(2.0, 0.05, size=(SIDE, SIDE)).astype(np.float32)
+                    values = rng.gamma(2.0, 0.05, size=(side, side)).astype(np.float32)
                     cog(data, name, values, f"EPSG:{EPSG}", transform, None)
-                    assets[pol] = asset(name, (SIDE, SIDE), transform, "float32", None, 10)
+                    assets[pol] = asset(name, (side, side), transform, "float32", None, 10)
                 day = f"2024-{4 + d:02d}-{2 + (orbit == 'descending') * 10:02d}"
                 feature(f"s1_t{tile}_{orbit[:3]}_d{d}", "s1", x0, day, {"sat:orbit_state": orbit}, assets)
     # Land cover at about 1 m in EPSG:4326 over both tiles: classes in blocks of ~20 m.
-    xs = [X0, X0 + (2 * SIDE - OVERLAP) * 10]
-    ys = [Y0 - SIDE * 10, Y0]
+    xs = [X0, X0 + (2 * side - OVERLAP) * 10]
+    ys = [Y0 - side * 10, Y0]
     lon, lat = to_lonlat.transform([xs[0], xs[1], xs[0], xs[1]], [ys[0], ys[0], ys[1], ys[1]])
     west, east, south, north = min(lon) - 0.002, max(lon) + 0.002, min(lat) - 0.002, max(lat) + 0.002
     dx, dy = 1.3e-5, 9e-6

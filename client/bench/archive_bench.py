@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""The published multimodal sample at archive scale: cold against warm, by order and eviction (issue 28).
+
+    python3 client/bench/archive_bench.py [--data DIR] [--side 2048] [--samples 8192]
+        [--random-samples 256] [--cache-fraction 3] [--runs 3] [--perf DIR] [--json OUT]
+
+The archive is `sample_bench.py`'s (the same writer: Earth Search's layout, one COG per band and
+date, 1024² DEFLATE + predictor 2 tiles written by GDAL; two overlapping Sentinel-2 tiles, 16 dates
+x 10 bands, Sentinel-1 VV/VH for 4 ascending and 4 descending dates, a uint8 land cover at about 1 m
+in EPSG:4326) with tiles of `--side` pixels at 10 m (default 2048: 4 blocks of 1024² per band and
+date), written once into `--data` (default `~/.cache/cogfeed-bench/archive-SIDE`). The daemon serves
+the published sample (`s2 [16,10,32,32]`, `s1_asc`/`s1_desc [4,2,32,32]`, `label [1,320,320]` mode at
+1 m) with the random sampler, patch 32, batch 16, an epoch of `--samples` (about one cover of the
+archive's area at the default side).
+
+Each run, each regime a fresh release daemon:
+
+- warm: a tile cache that holds the whole decoded archive; one local epoch decodes what the epoch
+  touches (its decodes are the epoch's distinct source tiles, nothing is evicted), then the same
+  epoch again in local and in random order, measured;
+- cold: a tile cache of the decoded archive / `--cache-fraction`, one epoch in local order (the
+  default dial: `open_blocks` from the cache) and the first `--random-samples` of the random
+  order (each of its samples decodes whole tiles), with `eviction = "plan"` and `"lru"`.
+
+Per regime: samples/s, CPU-s per sample (daemon from /proc + this process, the Python `Loader`),
+source-tile decodes per sample (`cogfeed_cache_misses_total`) and store reads per sample
+(`cogfeed_store_requests_total`, files in the page cache); for cold local, decodes per epoch
+against the distinct tiles the epoch touches (target <= 1.2x), and cold CPU per sample against
+warm (target <= 1.5x). Medians of `--runs`. Needs GDAL's command-line tools, rasterio and pyproj.
+Not part of CI.
+"""
+
+import argparse
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import sample_bench as sb  # noqa: E402
+import services as svc  # noqa: E402
+
+import cogfeed  # noqa: E402
+
+DTYPE_BYTES = {"uint8": 1, "uint16": 2, "int16": 2, "float32": 4, "float64": 8}
+LAYERS = sb.LAYERS["whole"]
+
+
+def decoded_bytes(items: Path) -> int:
+    """The decoded size of every asset of the archive (full resolution, no overviews)."""
+    total = 0
+    for f in json.loads(items.read_text())["features"]:
+        for a in f["assets"].values():
+            rows, cols = a["proj:shape"]
+            total += rows * cols * DTYPE_BYTES[a["raster:bands"][0]["data_type"]]
+    return total
+
+
+def stream(daemon, order, samples, max_batches=0):
+    """Figures of one stream of the whole published sample."""
+    m0, _ = daemon.metrics()
+    cpu0, own0, t0 = daemon.cpu(), time.process_time(), time.perf_counter()
+    loader = cogfeed.Loader(daemon.address, "sample", sampler="random", patch_size=sb.PATCH,
+                            batch_size=sb.BATCH, seed=sb.SEED, samples_per_epoch=samples,
+                            max_batches=max_batches, layers=LAYERS, order=order)
+    n = sum(b.layers["s2"].shape[0] for b in loader)
+    wall = time.perf_counter() - t0
+    daemon_cpu, client_cpu = daemon.cpu() - cpu0, time.process_time() - own0
+    m1, _ = daemon.metrics()
+
+    def delta(name):
+        return m1.get(name, 0.0) - m0.get(name, 0.0)
+
+    return {"samples": n, "samples_s": n / wall, "cpu_ms": 1000 * (daemon_cpu + client_cpu) / n,
+            "daemon_ms": 1000 * daemon_cpu / n, "client_ms": 1000 * client_cpu / n,
+            "decodes": delta("cogfeed_cache_misses_total") / n, "decodes_total": delta("cogfeed_cache_misses_total"),
+            "reads": delta("cogfeed_store_requests_total") / n,
+            "mib_read": delta("cogfeed_store_bytes_total") / n / 2**20,
+            "planned_evictions": delta("cogfeed_cache_evictions_planned_total")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path)
+    ap.add_argument("--side", type=int, default=2048)
+    ap.add_argument("--samples", type=int, default=8192)
+    ap.add_argument("--random-samples", type=int, default=256)
+    ap.add_argument("--cache-fraction", type=float, default=3.0)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--eviction", default="plan,lru")
+    ap.add_argument("--orders", default="local,random")
+    ap.add_argument("--no-warm", action="store_true")
+    ap.add_argument("--perf", type=Path, help="record a `perf` profile of the daemon in each cold stream of the first run")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    data = a.data or Path.home() / ".cache" / "cogfeed-bench" / f"archive-{a.side}"
+    t = time.perf_counter()
+    items = sb.write_archive(data, a.side)
+    decoded = decoded_bytes(items)
+    cold_cache = int(decoded / a.cache_fraction)
+    print(f"archive ready in {time.perf_counter() - t:.0f} s: {decoded / 2**30:.2f} GiB decoded; cold tile cache "
+          f"{cold_cache >> 20} MiB; epoch {a.samples} samples", flush=True)
+    extra = sb.DATASET.format(items=items, s2=json.dumps(list(sb.S2_10M + sb.S2_20M)), s2_dates=sb.S2_DATES,
+                              s1_dates=sb.S1_DATES)
+    results = {}
+
+    def record(key, run, r):
+        for k, v in r.items():
+            results.setdefault(key, {}).setdefault(k, []).append(v)
+        print(f"run {run} {key:18} {r['samples']:5} samples {r['samples_s']:7.1f} samples/s "
+              f"{r['cpu_ms']:7.2f} ms CPU/sample (daemon {r['daemon_ms']:.2f}, client {r['client_ms']:.2f}) "
+              f"{r['decodes']:6.2f} decodes/sample {r['reads']:6.2f} reads/sample "
+              f"({r['decodes_total']:.0f} decodes, {r['planned_evictions']:.0f} planned evictions)", flush=True)
+
+    with tempfile.TemporaryDirectory() as work:
+        def fresh(capacity, eviction="plan"):
+            return svc.Daemon(Path(work) / f"d{time.monotonic_ns()}", {}, capacity_bytes=capacity,
+                              extra_toml=extra, cache_toml=f'eviction = "{eviction}"').start()
+
+        for run in range(a.runs):
+            for order in a.orders.split(","):
+                n = a.samples if order == "local" else a.random_samples
+                for eviction in a.eviction.split(","):
+                    d = fresh(cold_cache, eviction)
+                    perf = None
+                    if a.perf and run == 0:
+                        a.perf.mkdir(parents=True, exist_ok=True)
+                        perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-p", str(d.proc.pid), "-o",
+                                                 str(a.perf / f"{order}-{eviction}.data")],
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        time.sleep(1)
+                    try:
+                        record(f"{order}/cold/{eviction}", run, stream(d, order, a.samples, n // sb.BATCH))
+                    finally:
+                        if perf:
+                            perf.send_signal(signal.SIGINT)
+                            perf.wait()
+                        d.stop()
+            if a.no_warm:
+                continue
+            d = fresh(int(decoded * 1.25))
+            try:
+                first = stream(d, "local", a.samples)
+                results.setdefault("distinct", []).append(first["decodes_total"])
+                print(f"run {run} first local pass: {first['decodes_total']:.0f} distinct tiles, "
+                      f"{first['samples_s']:.1f} samples/s", flush=True)
+                for order in a.orders.split(","):
+                    record(f"{order}/warm", run, stream(d, order, a.samples))
+            finally:
+                d.stop()
+
+    print("\nmedians:")
+    med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in results.items() if isinstance(r, dict)}
+    for k, m in med.items():
+        print(f"  {k:18} {m['samples_s']:7.1f} samples/s {m['cpu_ms']:7.2f} ms CPU/sample "
+              f"{m['decodes']:6.2f} decodes/sample {m['reads']:6.2f} reads/sample {m['mib_read']:6.2f} MiB/sample")
+    distinct = statistics.median(results["distinct"]) if "distinct" in results else None
+    for order in a.orders.split(","):
+        warm = med.get(f"{order}/warm")
+        for ev in a.eviction.split(","):
+            cold = med.get(f"{order}/cold/{ev}")
+            if cold and warm:
+                print(f"  {order} ({ev}): cold/warm CPU per sample {cold['cpu_ms'] / warm['cpu_ms']:.2f}x")
+            if cold and order == "local" and distinct:
+                print(f"  local ({ev}): {cold['decodes_total']:.0f} decodes per epoch for {distinct:.0f} distinct "
+                      f"tiles ({cold['decodes_total'] / distinct:.2f}x)")
+        p, l = med.get(f"{order}/cold/plan"), med.get(f"{order}/cold/lru")
+        if p and l:
+            print(f"  {order}: decodes per sample lru/plan {l['decodes'] / max(p['decodes'], 1e-9):.2f}x, "
+                  f"CPU lru/plan {l['cpu_ms'] / p['cpu_ms']:.2f}x")
+    if a.json:
+        a.json.write_text(json.dumps({"medians": med, "raw": results, "decoded_bytes": decoded,
+                                      "cold_cache_bytes": cold_cache}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
