@@ -2,7 +2,7 @@
 """The published multimodal sample at archive scale: cold against warm, by order and eviction (issue 28).
 
     python3 client/bench/archive_bench.py [--data DIR] [--side 2048] [--samples 8192]
-        [--random-samples 256] [--cache-fraction 3] [--runs 3] [--perf DIR] [--json OUT]
+        [--random-samples 256] [--cache-fraction 3] [--runs 3] [--delays 0,80] [--perf DIR] [--json OUT]
 
 The archive is `sample_bench.py`'s (the same writer: Earth Search's layout, one COG per band and
 date, 1024² DEFLATE + predictor 2 tiles written by GDAL; two overlapping Sentinel-2 tiles, 16 dates
@@ -22,6 +22,10 @@ Each run, each regime a fresh release daemon:
   default dial: `open_blocks` from the cache) and the first `--random-samples` of the random
   order (each of its samples decodes whole tiles), with `eviction = "plan"` and `"lru"`.
 
+With `--delays`, each run also serves the cold regimes (eviction by the plan) over HTTP: nginx
+serves the archive, straight (0) or behind `delay_proxy.py` with that many ms one way, and the
+STAC Items are read from it too; the store GETs and bytes are nginx's access log.
+
 Per regime: samples/s, CPU-s per sample (daemon from /proc + this process, the Python `Loader`),
 source-tile decodes per sample (`cogfeed_cache_misses_total`) and store reads per sample
 (`cogfeed_store_requests_total`, files in the page cache); for cold local, decodes per epoch
@@ -31,6 +35,7 @@ Not part of CI.
 """
 
 import argparse
+import contextlib
 import json
 import signal
 import statistics
@@ -95,6 +100,7 @@ def main() -> None:
     ap.add_argument("--eviction", default="plan,lru")
     ap.add_argument("--orders", default="local,random")
     ap.add_argument("--no-warm", action="store_true")
+    ap.add_argument("--delays", default="", help="also cold over HTTP (nginx, delay_proxy.py) at these one-way ms, e.g. 0,80")
     ap.add_argument("--perf", type=Path, help="record a `perf` profile of the daemon in each cold stream of the first run")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
@@ -117,7 +123,12 @@ def main() -> None:
               f"{r['decodes']:6.2f} decodes/sample {r['reads']:6.2f} reads/sample "
               f"({r['decodes_total']:.0f} decodes, {r['planned_evictions']:.0f} planned evictions)", flush=True)
 
-    with tempfile.TemporaryDirectory() as work:
+    with tempfile.TemporaryDirectory() as work, contextlib.ExitStack() as stack:
+        nginx = None
+        if a.delays:
+            nginx = svc.Nginx(data, work).start()
+            stack.callback(nginx.stop)
+
         def fresh(capacity, eviction="plan"):
             return svc.Daemon(Path(work) / f"d{time.monotonic_ns()}", {}, capacity_bytes=capacity,
                               extra_toml=extra, cache_toml=f'eviction = "{eviction}"').start()
@@ -141,6 +152,31 @@ def main() -> None:
                             perf.send_signal(signal.SIGINT)
                             perf.wait()
                         d.stop()
+            for delay in (int(x) for x in a.delays.split(",") if x):
+                proxy = svc.Proxy(nginx.port, delay).start() if delay else None
+                port = proxy.port if proxy else nginx.port
+                over_http = sb.DATASET.format(items=f"http://127.0.0.1:{port}/{items.name}",
+                                              s2=json.dumps(list(sb.S2_10M + sb.S2_20M)), s2_dates=sb.S2_DATES,
+                                              s1_dates=sb.S1_DATES)
+                try:
+                    for order in a.orders.split(","):
+                        n = a.samples if order == "local" else a.random_samples
+                        d = svc.Daemon(Path(work) / f"d{time.monotonic_ns()}", {}, capacity_bytes=cold_cache,
+                                       extra_toml=over_http).start()
+                        off = nginx.log_offset()
+                        try:
+                            r = stream(d, order, a.samples, n // sb.BATCH)
+                        finally:
+                            d.stop()
+                        gets, sent, errors = nginx.since(off)
+                        if errors:
+                            raise RuntimeError(f"{errors} store requests failed")
+                        r.update(gets=gets / r["samples"], mib_sent=sent / r["samples"] / 2**20)
+                        record(f"http{delay}/{order}/cold", run, r)
+                        print(f"    {r['gets']:.2f} GETs/sample, {r['mib_sent']:.2f} MiB sent/sample", flush=True)
+                finally:
+                    if proxy:
+                        proxy.stop()
             if a.no_warm:
                 continue
             d = fresh(int(decoded * 1.25))
@@ -158,7 +194,8 @@ def main() -> None:
     med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in results.items() if isinstance(r, dict)}
     for k, m in med.items():
         print(f"  {k:18} {m['samples_s']:7.1f} samples/s {m['cpu_ms']:7.2f} ms CPU/sample "
-              f"{m['decodes']:6.2f} decodes/sample {m['reads']:6.2f} reads/sample {m['mib_read']:6.2f} MiB/sample")
+              f"{m['decodes']:6.2f} decodes/sample {m['reads']:6.2f} reads/sample {m['mib_read']:6.2f} MiB/sample"
+              + (f" {m['gets']:6.2f} GETs/sample {m['mib_sent']:6.2f} MiB sent/sample" if "gets" in m else ""))
     distinct = statistics.median(results["distinct"]) if "distinct" in results else None
     for order in a.orders.split(","):
         warm = med.get(f"{order}/warm")
