@@ -90,9 +90,16 @@ class Direction:
         self.schedule()
 
     def deliver(self, item):
+        if self.dst.is_closing():
+            # The receiver went away (a client stopped mid-read): nothing queued can reach it.
+            self.finish()
+            return
         if item is EOF:
             if self.dst.can_write_eof():
-                self.dst.write_eof()
+                try:
+                    self.dst.write_eof()
+                except OSError:
+                    pass  # the peer reset the connection first: nothing left to half-close
             self.finish()
         elif item is CLOSE:
             self.dst.close()
