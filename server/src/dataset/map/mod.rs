@@ -388,47 +388,74 @@ impl MapSpace {
         fp: &Footprint,
         cands: &[usize],
     ) -> Result<(Vec<u8>, Vec<usize>)> {
+        // Every asset at once: a cold sample waits one round trip of the store for its
+        // tiles, not one per asset (10 for Sentinel-2's bands).
+        let parts = futures::future::try_join_all(
+            layer
+                .assets
+                .iter()
+                .zip(&layer.asset_bands)
+                .map(|(key, &nb)| self.asset_mosaic(tiles, layer, plans, fp, cands, key, nb)),
+        )
+        .await?;
         // Several assets: one buffer of the whole `[C, H, W]` (no regrowth per asset).
         let mut bytes = match layer.assets.len() {
             1 => Vec::new(),
             _ => Vec::with_capacity(layer.bands * fp.width() as usize * fp.height() as usize * layer.dtype.size()),
         };
         let mut used = Vec::new();
-        for (key, &nb) in layer.assets.iter().zip(&layer.asset_bands) {
-            let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, key))).await?;
-            // Sources the footprint misses contribute nothing: leave them out before
-            // choosing the path.
-            let mut planned = Vec::with_capacity(opened.len());
-            for (src, &i) in opened.iter().zip(cands) {
-                let mut p = plans.plan(src)?;
-                p.shift = self.shift(layer, i);
-                if p.window().is_some() {
-                    planned.push(p);
-                    if !used.contains(&i) {
-                        used.push(i);
-                    }
+        for (part, part_used) in parts {
+            append(&mut bytes, part);
+            for i in part_used {
+                if !used.contains(&i) {
+                    used.push(i);
                 }
             }
-            // A shifted source goes through the warp (the shift is applied to its values).
-            if let [only] = planned.as_slice()
-                && only.shift == 0
-                && let Some(window) = aligned_window(only.source, fp, layer)
-            {
-                // One source on the footprint's own grid: its pixels are the sample.
-                let bands: Vec<usize> = (0..only.source.bands).collect();
-                let object = &only.source.object;
-                let raster = crate::tiles::region::read(tiles, object, window, &bands, layer.nodata)
-                    .await
-                    .map_err(|e| Error::tiff(object.url.as_ref(), e))?;
-                append(&mut bytes, raster.data);
-                continue;
-            }
-            let m = mosaic::mosaic_planned(tiles, &planned, nb, fp, layer.resampling).await?;
-            append(
-                &mut bytes,
-                m.to_bytes(layer.dtype, layer.nodata, layer.resampling != Resampling::Nearest),
-            );
         }
+        Ok((bytes, used))
+    }
+
+    /// One asset `key` (of `nb` bands) of [`Self::layer_mosaic`]: its bytes and the
+    /// candidates whose source the footprint reads, in priority order.
+    #[allow(clippy::too_many_arguments)]
+    async fn asset_mosaic(
+        &self,
+        tiles: &dyn TileSource,
+        layer: &LayerSpec,
+        plans: &mosaic::GridPlans,
+        fp: &Footprint,
+        cands: &[usize],
+        key: &str,
+        nb: usize,
+    ) -> Result<(Vec<u8>, Vec<usize>)> {
+        let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, key))).await?;
+        // Sources the footprint misses contribute nothing: leave them out before
+        // choosing the path.
+        let mut planned = Vec::with_capacity(opened.len());
+        let mut used = Vec::new();
+        for (src, &i) in opened.iter().zip(cands) {
+            let mut p = plans.plan(src)?;
+            p.shift = self.shift(layer, i);
+            if p.window().is_some() {
+                planned.push(p);
+                used.push(i);
+            }
+        }
+        // A shifted source goes through the warp (the shift is applied to its values).
+        if let [only] = planned.as_slice()
+            && only.shift == 0
+            && let Some(window) = aligned_window(only.source, fp, layer)
+        {
+            // One source on the footprint's own grid: its pixels are the sample.
+            let bands: Vec<usize> = (0..only.source.bands).collect();
+            let object = &only.source.object;
+            let raster = crate::tiles::region::read(tiles, object, window, &bands, layer.nodata)
+                .await
+                .map_err(|e| Error::tiff(object.url.as_ref(), e))?;
+            return Ok((raster.data, used));
+        }
+        let m = mosaic::mosaic_planned(tiles, &planned, nb, fp, layer.resampling).await?;
+        let bytes = m.to_bytes(layer.dtype, layer.nodata, layer.resampling != Resampling::Nearest);
         Ok((bytes, used))
     }
 
