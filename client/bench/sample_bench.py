@@ -194,13 +194,14 @@ def write_archive(data: Path, side: int = SIDE) -> Path:
 
 
 def epoch(daemon, layers, samples):
-    """(seconds, CPU-s of the daemon, CPU-s of this process, samples) of one stream of `layers`."""
-    cpu0, own0, t0 = daemon.cpu(), time.process_time(), time.perf_counter()
+    """(seconds, CPU-s of the daemon, CPU-s of this process, samples, the daemon's minor page
+    faults) of one stream of `layers`."""
+    cpu0, own0, t0, faults0 = daemon.cpu(), time.process_time(), time.perf_counter(), daemon.faults()
     loader = cogfeed.Loader(daemon.address, "sample", sampler="random", patch_size=PATCH, batch_size=BATCH,
                             seed=SEED, samples_per_epoch=samples, layers=layers)
     n = sum(b.layers[layers[0]].shape[0] for b in loader)
     wall = time.perf_counter() - t0
-    return wall, daemon.cpu() - cpu0, time.process_time() - own0, n
+    return wall, daemon.cpu() - cpu0, time.process_time() - own0, n, daemon.faults() - faults0
 
 
 def main() -> None:
@@ -218,7 +219,7 @@ def main() -> None:
     items = write_archive(a.data)
     print(f"archive ready in {time.perf_counter() - t:.0f} s: {items}", flush=True)
     extra = DATASET.format(items=items, s2=json.dumps(list(S2_10M + S2_20M)), s2_dates=S2_DATES, s1_dates=S1_DATES)
-    rows = {k: {"samples_s": [], "cpu_ms": [], "daemon_ms": [], "client_ms": []} for k in LAYERS}
+    rows = {k: {"samples_s": [], "cpu_ms": [], "daemon_ms": [], "client_ms": [], "faults": []} for k in LAYERS}
     with tempfile.TemporaryDirectory() as work:
         for run in range(a.runs):
             d = svc.Daemon(Path(work) / f"d{run}", {}, capacity_bytes=2 << 30, extra_toml=extra).start()
@@ -232,7 +233,7 @@ def main() -> None:
                                                  str(a.perf / f"{key}.data")], stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.DEVNULL)
                         time.sleep(1)
-                    wall, daemon_cpu, client_cpu, n = epoch(d, layers, a.samples)
+                    wall, daemon_cpu, client_cpu, n, faults = epoch(d, layers, a.samples)
                     cpu = daemon_cpu + client_cpu
                     if perf:
                         perf.send_signal(signal.SIGINT)
@@ -241,16 +242,17 @@ def main() -> None:
                     rows[key]["cpu_ms"].append(1000 * cpu / n)
                     rows[key]["daemon_ms"].append(1000 * daemon_cpu / n)
                     rows[key]["client_ms"].append(1000 * client_cpu / n)
+                    rows[key]["faults"].append(faults / n)
                     print(f"run {run} {key:6}: {n} samples, {n / wall:7.1f} samples/s, "
                           f"{1000 * cpu / n:6.2f} ms CPU/sample (daemon {1000 * daemon_cpu / n:.2f}, "
-                          f"client {1000 * client_cpu / n:.2f})", flush=True)
+                          f"client {1000 * client_cpu / n:.2f}), {faults / n:6.1f} page faults/sample", flush=True)
             finally:
                 d.stop()
     print("\nmedians (warm):")
     med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in rows.items()}
     for k, m in med.items():
         print(f"  {k:6} {m['samples_s']:8.1f} samples/s  {m['cpu_ms']:6.2f} ms CPU/sample  "
-              f"(daemon {m['daemon_ms']:.2f}, client {m['client_ms']:.2f})")
+              f"(daemon {m['daemon_ms']:.2f}, client {m['client_ms']:.2f}), {m['faults']:.1f} page faults/sample")
     if a.json:
         a.json.write_text(json.dumps({"medians": med, "raw": rows}, indent=1))
 

@@ -73,6 +73,17 @@ def cpu_seconds(pid):
         return 0.0
 
 
+def minor_faults(pid):
+    """Minor page faults of one process so far (0 when it is gone): pages the kernel had to
+    hand it, zeroed, the cost of memory an allocator gave back and takes again."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return int(rest[7])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def machine_busy():
     """(busy, total) CPU ticks of the whole machine since boot, from /proc/stat."""
     with open("/proc/stat") as f:
@@ -271,6 +282,9 @@ class Daemon:
 
     def cpu(self):
         return cpu_seconds(self.proc.pid) if self.proc else 0.0
+
+    def faults(self):
+        return minor_faults(self.proc.pid) if self.proc else 0
 
     def stop(self):
         stop(self.proc)

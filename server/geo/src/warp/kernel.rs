@@ -257,14 +257,14 @@ pub fn scaled(src: &Source<'_>, filter: Filter, x: f64, y: f64, sx: f64, sy: f64
 /// the unclamped edges GDAL weights partial pixels with.
 #[derive(Debug, Clone, Copy)]
 pub struct Area {
-    x_min: f64,
-    x_max: f64,
-    y_min: f64,
-    y_max: f64,
-    ix0: usize,
-    ix1: usize,
-    iy0: usize,
-    iy1: usize,
+    pub(crate) x_min: f64,
+    pub(crate) x_max: f64,
+    pub(crate) y_min: f64,
+    pub(crate) y_max: f64,
+    pub(crate) ix0: usize,
+    pub(crate) ix1: usize,
+    pub(crate) iy0: usize,
+    pub(crate) iy1: usize,
 }
 
 /// The area of the destination pixel whose corners map to (`x1`, `y1`) and (`x2`, `y2`)
@@ -451,53 +451,6 @@ fn mode_counted(src: &Source<'_>, a: &Area, out: &mut [f64], counts: &mut Vec<(f
     any
 }
 
-/// Per pixel of a one-band window: how many pixels from it rightward along its row are
-/// valid and hold its value (0 where it is invalid). What [`uniform`] reads.
-pub fn runs(src: &Source<'_>) -> Vec<u32> {
-    let mut runs = vec![0u32; src.width * src.height];
-    let width = src.width.max(1);
-    for ((values, valid), row) in src
-        .values
-        .chunks_exact(width)
-        .zip(src.valid.chunks_exact(width))
-        .zip(runs.chunks_exact_mut(width))
-    {
-        let mut next = 0u32;
-        for x in (0..values.len()).rev() {
-            let same_as_next = x + 1 < values.len() && next > 0 && values[x + 1] == values[x];
-            next = if !valid[x] {
-                0
-            } else if same_as_next {
-                next + 1
-            } else {
-                1
-            };
-            row[x] = next;
-        }
-    }
-    runs
-}
-
-/// The value of an area whose every pixel is valid and equal (a class map's usual case),
-/// read from its rows' [`runs`]: one look per row, not per pixel. None otherwise (the area
-/// then takes [`mode`]), which gives the same value wherever this one gives one.
-#[inline]
-pub fn uniform(src: &Source<'_>, runs: &[u32], a: &Area) -> Option<f64> {
-    let cols = (a.ix1 - a.ix0) as u32;
-    let first = a.iy0 * src.width + a.ix0;
-    if cols == 0 || a.iy1 <= a.iy0 || runs[first] < cols {
-        return None;
-    }
-    let v = src.values[first];
-    for iy in a.iy0 + 1..a.iy1 {
-        let p = iy * src.width + a.ix0;
-        if runs[p] < cols || src.values[p] != v {
-            return None;
-        }
-    }
-    Some(v)
-}
-
 /// Two values one mode counts as the same: equal, or both NaN.
 #[inline]
 fn same(a: f64, b: f64) -> bool {
@@ -507,7 +460,7 @@ fn same(a: f64, b: f64) -> bool {
 /// [`mode`] of an area of at most [`SMALL_AREA`] pixels: the valid values gathered in
 /// scan order (for one band straight from the rows), then [`first_most_frequent`], which
 /// decides as the general form does. (One-value areas of a one-band window rarely get
-/// here: the warp decides them from [`runs`] first.)
+/// here: the warp decides them from the source's row runs first.)
 #[inline]
 fn mode_small(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
     if out.len() != 1 {
@@ -705,43 +658,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn uniform_areas_take_the_value_the_mode_gives() {
-        let mut seed = 5u64;
-        let mut next = |m: u64| crate::warp::test_rng::below(&mut seed, m);
-        let (w, h) = (11, 9);
-        let mut hits = 0;
-        for _ in 0..3000 {
-            // Blocks of one class, a few invalid pixels, now and then a NaN.
-            let block = 1 + next(4) as usize;
-            let classes: Vec<f64> = (0..w * h).map(|_| next(3) as f64).collect();
-            let values: Vec<f64> = (0..w * h)
-                .map(|p| match next(40) {
-                    0 => f64::NAN,
-                    _ => classes[(p / w / block) * w + (p % w) / block],
-                })
-                .collect();
-            let valid: Vec<bool> = (0..w * h).map(|_| next(25) != 0).collect();
-            let s = src(w, h, &values, &valid);
-            let runs = runs(&s);
-            let (x, y) = (next(7) as f64 + 0.4, next(5) as f64 + 0.7);
-            let (dx, dy) = (next(3) as f64 + 0.3, next(3) as f64 + 0.6);
-            let a = area(&s, (x, y), (x + dx, y + dy), (2.0, 2.0)).unwrap();
-            let mut out = [0.0];
-            let ok = mode(&s, &a, &mut out, &mut Vec::new());
-            if let Some(v) = uniform(&s, &runs, &a) {
-                hits += 1;
-                assert!(ok && same(out[0], v), "{v} {out:?}");
-                for iy in a.iy0..a.iy1 {
-                    for ix in a.ix0..a.ix1 {
-                        assert!(valid[iy * w + ix] && same(values[iy * w + ix], v));
-                    }
-                }
-            }
-        }
-        assert!(hits > 300, "{hits}");
     }
 
     #[test]

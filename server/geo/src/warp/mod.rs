@@ -4,8 +4,10 @@
 //! and the kernel scale; [`kernel`] holds the resampling kernels; this module runs a kernel
 //! over a footprint ([`warp_source`]), stacks sources in priority order, first valid pixel
 //! wins ([`Mosaic`]), and converts to the output type with GDAL's rounding. [`axes`] plans
-//! the areal kernels once per column and row where the mapping allows it.
+//! the areal kernels once per column and row where the mapping allows it; `areal` runs
+//! them over a footprint where it does not.
 
+mod areal;
 pub mod axes;
 pub mod kernel;
 pub mod plan;
@@ -167,35 +169,7 @@ pub fn warp_mapped(mapped: &MappedPoints, window: &SourceWindow, src: &Source<'_
             }
             return Warped { bands, values, valid };
         }
-        // The mode's value counts, kept across pixels (no allocation per pixel); for one
-        // band, the row runs that decide one-value areas with a look per row.
-        let mut counts = Vec::new();
-        let runs = (resampling == Resampling::Mode && bands == 1).then(|| kernel::runs(src));
-        for i in 0..h {
-            for j in 0..w {
-                let c1 = i * (w + 1) + j;
-                let c2 = (i + 1) * (w + 1) + j + 1;
-                let (x1, y1, x2, y2) = (cx[c1] - ox, cy[c1] - oy, cx[c2] - ox, cy[c2] - oy);
-                if !(x1.is_finite() && y1.is_finite() && x2.is_finite() && y2.is_finite()) {
-                    continue;
-                }
-                let Some(area) = kernel::area(src, (x1, y1), (x2, y2), margins) else {
-                    continue;
-                };
-                if let Some(v) = runs.as_deref().and_then(|r| kernel::uniform(src, r, &area)) {
-                    values[i * w + j] = v;
-                    valid[i * w + j] = true;
-                    continue;
-                }
-                let ok = match resampling {
-                    Resampling::Average => kernel::average(src, &area, &mut px),
-                    _ => kernel::mode(src, &area, &mut px, &mut counts),
-                };
-                if ok {
-                    put(i * w + j, &px, &mut values, &mut valid);
-                }
-            }
-        }
+        areal::warp_areal(mapped, window, src, resampling, &mut values, &mut valid);
         return Warped { bands, values, valid };
     }
     let tiny = src.width == 1 || src.height == 1;
