@@ -154,7 +154,9 @@ async fn a_light_stream_keeps_its_share_beside_a_heavy_one() {
     heavy_task.abort();
     let share = solo / beside;
     eprintln!("light stream: {solo:.3} s solo, {beside:.3} s beside a heavy stream: {share:.2} of its rate");
-    // Fair shares give it about half the CPU (more when it cannot use half); FIFO gave it
-    // a few thousandths.
-    assert!(share > 0.2, "the light stream kept {share:.3} of its solo rate");
+    // Fair shares of the CPU pool give it about half (0.52 on an idle 2-core machine); FIFO
+    // gave it a few thousandths. What the pool does not schedule is shared by the OS, so
+    // with other processes busy on both cores it measured 0.17-0.21: the floor is well
+    // clear of FIFO, not of the ideal.
+    assert!(share > 0.1, "the light stream kept {share:.3} of its solo rate");
 }

@@ -307,10 +307,20 @@ impl Mosaic {
     /// round half up and saturate; `avoid_nodata` moves a computed value that equals
     /// `nodata` one step away, as GDAL's kernels do for integer outputs.
     pub fn to_bytes(&self, dtype: DType, nodata: f64, avoid_nodata: bool) -> Vec<u8> {
-        let n = self.width * self.height;
         let mut out = vec![0u8; self.values.len() * dtype.size()];
+        self.to_bytes_into(dtype, nodata, avoid_nodata, &mut out);
+        out
+    }
+
+    /// [`Mosaic::to_bytes`] into `out` (a slice of a larger buffer): false, and `out`
+    /// untouched, where it does not hold exactly the mosaic's samples.
+    pub fn to_bytes_into(&self, dtype: DType, nodata: f64, avoid_nodata: bool, mut out: &mut [u8]) -> bool {
+        let n = self.width * self.height;
+        if out.len() != self.values.len() * dtype.size() {
+            return false;
+        }
         if n == 0 {
-            return out;
+            return true;
         }
         macro_rules! int {
             ($t:ty) => {{
@@ -392,7 +402,7 @@ impl Mosaic {
             DType::C64 => float!(f32, u32, true),
             DType::C128 => float!(f64, u64, true),
         }
-        out
+        true
     }
 }
 

@@ -34,6 +34,7 @@ pub mod footprint;
 mod geometry;
 pub mod harmonize;
 mod items;
+mod layer;
 pub mod mosaic;
 pub mod plan_index;
 mod planned;
@@ -378,179 +379,6 @@ impl MapSpace {
         Ok(source)
     }
 
-    /// One date's (or the only) mosaic of `layer` on `fp` from the Items `cands`
-    /// (priority order): its bytes `[C, H, W]` and the Items whose data it touches.
-    async fn layer_mosaic(
-        &self,
-        tiles: &dyn TileSource,
-        layer: &LayerSpec,
-        plans: &mosaic::GridPlans,
-        fp: &Footprint,
-        cands: &[usize],
-    ) -> Result<(Vec<u8>, Vec<usize>)> {
-        // Every asset at once: a cold sample waits one round trip of the store for its
-        // tiles, not one per asset (10 for Sentinel-2's bands).
-        let parts = futures::future::try_join_all(
-            layer
-                .assets
-                .iter()
-                .zip(&layer.asset_bands)
-                .map(|(key, &nb)| self.asset_mosaic(tiles, layer, plans, fp, cands, key, nb)),
-        )
-        .await?;
-        // Several assets: one buffer of the whole `[C, H, W]` (no regrowth per asset).
-        let mut bytes = match layer.assets.len() {
-            1 => Vec::new(),
-            _ => Vec::with_capacity(layer.bands * fp.width() as usize * fp.height() as usize * layer.dtype.size()),
-        };
-        let mut used = Vec::new();
-        for (part, part_used) in parts {
-            append(&mut bytes, part);
-            for i in part_used {
-                if !used.contains(&i) {
-                    used.push(i);
-                }
-            }
-        }
-        Ok((bytes, used))
-    }
-
-    /// One asset `key` (of `nb` bands) of [`Self::layer_mosaic`]: its bytes and the
-    /// candidates whose source the footprint reads, in priority order.
-    #[allow(clippy::too_many_arguments)]
-    async fn asset_mosaic(
-        &self,
-        tiles: &dyn TileSource,
-        layer: &LayerSpec,
-        plans: &mosaic::GridPlans,
-        fp: &Footprint,
-        cands: &[usize],
-        key: &str,
-        nb: usize,
-    ) -> Result<(Vec<u8>, Vec<usize>)> {
-        let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, key))).await?;
-        // Sources the footprint misses contribute nothing: leave them out before
-        // choosing the path.
-        let mut planned = Vec::with_capacity(opened.len());
-        let mut used = Vec::new();
-        for (src, &i) in opened.iter().zip(cands) {
-            let mut p = plans.plan(src)?;
-            p.shift = self.shift(layer, i);
-            if p.window().is_some() {
-                planned.push(p);
-                used.push(i);
-            }
-        }
-        // A shifted source goes through the warp (the shift is applied to its values).
-        if let [only] = planned.as_slice()
-            && only.shift == 0
-            && let Some(window) = aligned_window(only.source, fp, layer)
-        {
-            // One source on the footprint's own grid: its pixels are the sample.
-            let bands: Vec<usize> = (0..only.source.bands).collect();
-            let object = &only.source.object;
-            let raster = crate::tiles::region::read(tiles, object, window, &bands, layer.nodata)
-                .await
-                .map_err(|e| Error::tiff(object.url.as_ref(), e))?;
-            return Ok((raster.data, used));
-        }
-        let m = mosaic::mosaic_planned(tiles, &planned, nb, fp, layer.resampling).await?;
-        let bytes = m.to_bytes(layer.dtype, layer.nodata, layer.resampling != Resampling::Nearest);
-        Ok((bytes, used))
-    }
-
-    /// The Items each step of `layer` on `fp` reads, priority order: one step for a layer
-    /// without time, else one per step (None: no date fills it), with the days picked.
-    async fn layer_steps(
-        &self,
-        drawn: Drawn,
-        layer: &LayerSpec,
-        plans: &mosaic::GridPlans,
-        fp: &Footprint,
-    ) -> Result<(Vec<Option<Vec<usize>>>, Option<Vec<Option<NaiveDate>>>)> {
-        let cands = self.candidates(drawn, layer, &fp.crs, fp.bounds);
-        let Some(ts) = &layer.time else {
-            return Ok((vec![Some(cands)], None));
-        };
-        // The dates whose Items meet the footprint.
-        let first = &layer.assets[0];
-        let opened = futures::future::try_join_all(cands.iter().map(|&i| self.source(i, first))).await?;
-        let mut meeting = Vec::with_capacity(cands.len());
-        for (src, &i) in opened.iter().zip(&cands) {
-            if plans.plan(src)?.window().is_some() {
-                meeting.push(i);
-            }
-        }
-        let mut dates: Vec<NaiveDate> = meeting.iter().filter_map(|&i| day(&self.items[i])).collect();
-        dates.sort_unstable();
-        dates.dedup();
-        let reference = drawn.item.map_or(drawn.day, |i| day(&self.items[i]));
-        let picked = ts.select(&dates, reference);
-        let of_step = picked
-            .iter()
-            .map(|d| {
-                d.map(|d| {
-                    meeting
-                        .iter()
-                        .copied()
-                        .filter(|&i| day(&self.items[i]) == Some(d))
-                        .collect()
-                })
-            })
-            .collect();
-        Ok((of_step, Some(picked)))
-    }
-
-    /// `layer` on `fp`: `[T, C, H, W]` bytes, the Items used, for a time layer the day
-    /// of each step, and what harmonisation added to each step (the shift of the step's
-    /// first Item in priority order: each Item is shifted by its own).
-    async fn layer_bytes(
-        &self,
-        tiles: &dyn TileSource,
-        drawn: Drawn,
-        layer: &LayerSpec,
-        fp: &Footprint,
-    ) -> Result<LayerBytes> {
-        let step_shift = |used: &[usize]| used.first().map_or(0, |&i| self.shift(layer, i));
-        // One plan per source grid for every asset and date of the layer.
-        let plans = &mosaic::GridPlans::new(fp, layer.resampling);
-        let (of_step, picked) = self.layer_steps(drawn, layer, plans, fp).await?;
-        let (Some(ts), Some(picked)) = (&layer.time, picked) else {
-            let cands = of_step.into_iter().flatten().next().unwrap_or_default();
-            let (bytes, used) = self.layer_mosaic(tiles, layer, plans, fp, &cands).await?;
-            let shifts = vec![step_shift(&used)];
-            return Ok((bytes, used, None, shifts));
-        };
-        // Every step at once: one round trip of latency, not T.
-        let steps = futures::future::try_join_all(of_step.iter().map(|of_day| async move {
-            match of_day {
-                None => Ok(None),
-                Some(of_day) => self.layer_mosaic(tiles, layer, plans, fp, of_day).await.map(Some),
-            }
-        }))
-        .await?;
-        let (w, h) = (fp.width() as usize, fp.height() as usize);
-        let mut bytes = Vec::with_capacity(ts.steps * layer.bands * w * h * layer.dtype.size());
-        let mut used = Vec::new();
-        let mut shifts = Vec::with_capacity(steps.len());
-        for step in steps {
-            match step {
-                Some((b, u)) => {
-                    bytes.extend_from_slice(&b);
-                    shifts.push(step_shift(&u));
-                    used.extend(u);
-                }
-                None => {
-                    let empty = cogfeed_geo::warp::Mosaic::new(layer.bands, w, h);
-                    bytes.extend_from_slice(&empty.to_bytes(layer.dtype, layer.nodata, false));
-                    shifts.push(0);
-                }
-            }
-        }
-        let days = picked.iter().map(|d| d.map(|d| d.to_string())).collect();
-        Ok((bytes, used, Some(days), shifts))
-    }
-
     /// Assembles sample `window`: one little-endian tensor `[C, H_l, W_l]` (time layers
     /// `[T, C, H_l, W_l]`) for each layer in `wanted` (others stay empty), and the
     /// sample's metadata. With the reference layer among them its valid fraction is
@@ -586,20 +414,26 @@ impl MapSpace {
         wanted: &[usize],
         side: &(dyn Fn(&LayerSpec) -> (usize, usize) + Sync),
     ) -> Result<(Vec<Vec<u8>>, SampleMeta)> {
-        let crs = placed.crs.clone();
-        let bounds = placed.bounds;
+        let (crs, bounds) = (&placed.crs, placed.bounds);
+        // Every wanted layer at once: a cold sample waits one round trip of the store, not
+        // one per layer.
+        let loads = self.layers.iter().enumerate().map(|(li, layer)| async move {
+            if !wanted.contains(&li) {
+                return Ok(None);
+            }
+            let fp = Footprint::new(crs.clone(), bounds, layer.resolution * placed.scale)?;
+            self.layer_bytes(tiles, placed.drawn, layer, &fp).await.map(Some)
+        });
+        let loaded = futures::future::try_join_all(loads).await?;
         let mut out = Vec::with_capacity(self.layers.len());
         // Items sort in priority order, so their indices do too.
         let mut used = std::collections::BTreeSet::new();
-        let mut times = Vec::new();
-        let mut harmonized = Vec::new();
-        for (li, layer) in self.layers.iter().enumerate() {
-            if !wanted.contains(&li) {
+        let (mut times, mut harmonized) = (Vec::new(), Vec::new());
+        for (layer, one) in self.layers.iter().zip(loaded) {
+            let Some((bytes, u, days, shifts)) = one else {
                 out.push(Vec::new());
                 continue;
-            }
-            let fp = Footprint::new(crs.clone(), bounds, layer.resolution * placed.scale)?;
-            let (bytes, u, days, shifts) = self.layer_bytes(tiles, placed.drawn, layer, &fp).await?;
+            };
             used.extend(u);
             if let Some(days) = days {
                 times.push((layer.name.clone(), days));
@@ -634,7 +468,7 @@ impl MapSpace {
                 split: self
                     .split
                     .as_ref()
-                    .and_then(|s| s.footprint_split(&crs, bounds).map(|i| s.names[i].clone())),
+                    .and_then(|s| s.footprint_split(crs, bounds).map(|i| s.names[i].clone())),
                 times,
                 harmonized,
                 point: None,
@@ -764,20 +598,6 @@ impl MapSpace {
                 (l.steps(), l.bands, side, side)
             })
             .collect()
-    }
-}
-
-/// One layer's bytes `[T, C, H, W]`, the Items used, a time layer's day per step and what
-/// harmonisation added per step.
-type LayerBytes = (Vec<u8>, Vec<usize>, Option<Vec<Option<String>>>, Vec<i32>);
-
-/// `part` after `bytes`, without a copy when `bytes` is still empty and unallocated
-/// (one-asset layers).
-fn append(bytes: &mut Vec<u8>, part: Vec<u8>) {
-    if bytes.capacity() == 0 {
-        *bytes = part;
-    } else {
-        bytes.extend_from_slice(&part);
     }
 }
 
