@@ -199,16 +199,7 @@ mod tests {
     use super::*;
     use crate::warp::kernel::{area, mode};
     use crate::warp::test_rng::below;
-
-    fn src<'a>(w: usize, h: usize, values: &'a [f64], valid: &'a [bool]) -> Source<'a> {
-        Source {
-            width: w,
-            height: h,
-            bands: 1,
-            values,
-            valid,
-        }
-    }
+    use crate::warp::test_rng::one_band as src;
 
     /// A class map of `w` × `h`: blocks of one class `block` pixels wide, a few invalid
     /// pixels, now and then a NaN.

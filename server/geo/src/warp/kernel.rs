@@ -527,16 +527,7 @@ fn mode_small_bands(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn src<'a>(w: usize, h: usize, values: &'a [f64], valid: &'a [bool]) -> Source<'a> {
-        Source {
-            width: w,
-            height: h,
-            bands: 1,
-            values,
-            valid,
-        }
-    }
+    use crate::warp::test_rng::one_band as src;
 
     /// [`span`] as GDAL's float arithmetic writes it.
     fn span_in_floats(lo: f64, hi: f64, size: f64) -> (usize, usize) {

@@ -541,6 +541,17 @@ pub(crate) mod test_rng {
         (values, valid)
     }
 
+    /// A one-band window of `w` × `h` over `values` and `valid`.
+    pub fn one_band<'a>(w: usize, h: usize, values: &'a [f64], valid: &'a [bool]) -> super::kernel::Source<'a> {
+        super::kernel::Source {
+            width: w,
+            height: h,
+            bands: 1,
+            values,
+            valid,
+        }
+    }
+
     /// The next value of `state` in `0..m`.
     pub fn below(state: &mut u64, m: u64) -> u64 {
         ((lcg(state) * m as f64) as u64).min(m - 1)
