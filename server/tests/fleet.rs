@@ -31,8 +31,37 @@ impl Replica {
     }
 }
 
+/// The map-space demo (`demo-stac`) read from `s3://fleet/stac/`, as TOML.
+const STAC_DATASET: &str = r#"
+[[datasets]]
+name = "demo-stac"
+stac = "s3://fleet/stac/items.json"
+crs = "native"
+[[datasets.layers]]
+name = "image"
+assets = ["B02", "B03", "B04", "B08"]
+resolution = 10.0
+resampling = "bilinear"
+[[datasets.layers]]
+name = "swir"
+assets = ["B11"]
+resolution = 20.0
+resampling = "bilinear"
+[[datasets.layers]]
+name = "label"
+assets = ["classes"]
+resolution = 10.0
+resampling = "mode"
+nodata = 255.0
+"#;
+
 /// Starts `cogfeed serve` for the `fleet` bucket; `cluster` = (self, peers) or none.
 fn start(s3_port: u16, grpc_port: u16, cluster: Option<&[String]>) -> Replica {
+    start_with(s3_port, grpc_port, cluster, "")
+}
+
+/// [`start`] with more datasets (TOML) after `demo`.
+fn start_with(s3_port: u16, grpc_port: u16, cluster: Option<&[String]>, more: &str) -> Replica {
     let dir = tempfile::tempdir().unwrap();
     let metrics_port = free_port();
     let addr = format!("127.0.0.1:{grpc_port}");
@@ -46,7 +75,7 @@ fn start(s3_port: u16, grpc_port: u16, cluster: Option<&[String]>) -> Replica {
     let config = format!(
         "[server]\nlisten = \"{addr}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n\
          [cache]\ncapacity_bytes = 268435456\n{cluster_text}\
-         [[datasets]]\nname = \"demo\"\nprefix = \"s3://fleet/\"\nlabels = \"s3://fleet/labels/{{stem}}.tif\"\n"
+         [[datasets]]\nname = \"demo\"\nprefix = \"s3://fleet/\"\nlabels = \"s3://fleet/labels/{{stem}}.tif\"\n{more}"
     );
     let file = dir.path().join("cogfeed.toml");
     std::fs::write(&file, config).unwrap();
@@ -96,6 +125,43 @@ async fn s3_with_demo() -> (u16, Proc, tempfile::TempDir) {
     (port, proc, root)
 }
 
+/// The `fleet` bucket with the demo dataset and, under `stac/`, the map-space demo.
+async fn s3_with_demo_and_stac() -> (u16, Proc, tempfile::TempDir) {
+    let (port, proc, root) = s3_with_demo().await;
+    let local = tempfile::tempdir().unwrap();
+    let dir = local.path().join("stac");
+    cogfeed_server::demo::stac::write_stac_demo(&dir).unwrap();
+    let store = s3_store(port, "fleet");
+    let mut pending = vec![dir.clone()];
+    while let Some(d) = pending.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let rel = path.strip_prefix(&dir).unwrap().to_str().unwrap().to_string();
+                upload(&store, &format!("stac/{rel}"), &path).await;
+            }
+        }
+    }
+    (port, proc, root)
+}
+
+/// Random map-space footprints over every layer of `demo-stac`: each job (seed) its own.
+fn stac_request(seed: u64) -> pb::StreamBatchesRequest {
+    pb::StreamBatchesRequest {
+        dataset: "demo-stac".into(),
+        job: format!("stac{seed}"),
+        sampler: pb::Sampler::Random as i32,
+        patch_size: 64,
+        batch_size: 4,
+        samples_per_epoch: 32,
+        seed,
+        world_size: 1,
+        ..Default::default()
+    }
+}
+
 /// Random unaligned windows: each job (seed) its own.
 fn request(seed: u64, rank: u32, world: u32) -> pb::StreamBatchesRequest {
     pb::StreamBatchesRequest {
@@ -128,6 +194,10 @@ fn digest(b: &Batch) -> String {
     h.update(&b.image.data);
     if let Some(l) = &b.label {
         h.update(&l.data);
+    }
+    for (name, t) in &b.layers {
+        h.update(name.as_bytes());
+        h.update(&t.data);
     }
     hex::encode(h.finalize())
 }
@@ -188,6 +258,79 @@ async fn a_fleet_fetches_each_tile_once_and_serves_the_same_bytes() {
     }
     assert_eq!(store_loads, distinct, "tiles fetched from the store fleet-wide");
     assert!(served > 0.0, "no tile crossed between replicas");
+}
+
+/// Four map-space jobs spread over `addrs`, each job's batch digests.
+async fn four_stac_jobs(addrs: &[String]) -> Vec<Vec<String>> {
+    let jobs = (0..4u64).map(|j| {
+        let addr = addrs[j as usize % addrs.len()].clone();
+        tokio::spawn(async move { run_job(&addr, stac_request(j + 1)).await })
+    });
+    futures::future::join_all(jobs)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect()
+}
+
+/// Store bytes and tile loads from the store, summed over `replicas`.
+async fn store_reads(replicas: &[&Replica]) -> (f64, f64) {
+    let (mut bytes, mut loads) = (0.0, 0.0);
+    for r in replicas {
+        let text = scrape(r.metrics_port).await;
+        bytes += sum(&text, "cogfeed_store_bytes_total", &[]);
+        loads += sum(&text, "cogfeed_tiles_loaded_total", &["store"]);
+    }
+    (bytes, loads)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_shares_map_space_tiles_as_it_shares_scene_tiles() {
+    let (s3_port, _s3, _root) = s3_with_demo_and_stac().await;
+    // Store reads of the jobs alone (start-up reads every replica's catalog).
+    let single = start_with(s3_port, free_port(), None, STAC_DATASET);
+    let (started, _) = store_reads(&[&single]).await;
+    let alone = four_stac_jobs(std::slice::from_ref(&single.addr)).await;
+    let (bytes_alone, distinct) = store_reads(&[&single]).await;
+    let bytes_alone = bytes_alone - started;
+    assert!(distinct > 0.0 && bytes_alone > 0.0);
+    drop(single);
+
+    let (ports, addrs) = ports(3);
+    let fleet: Vec<Replica> = ports
+        .iter()
+        .map(|p| start_with(s3_port, *p, Some(&addrs), STAC_DATASET))
+        .collect();
+    let replicas: Vec<&Replica> = fleet.iter().collect();
+    let (started, _) = store_reads(&replicas).await;
+    let together = four_stac_jobs(&addrs).await;
+    assert_eq!(together, alone, "a fleet changed the map-space bytes");
+    let (bytes, loads) = store_reads(&replicas).await;
+    let bytes = bytes - started;
+    eprintln!("store bytes of the jobs: one daemon {bytes_alone}, three replicas {bytes}");
+    assert_eq!(loads, distinct, "map-space tiles fetched from the store fleet-wide");
+    // Bytes: each replica opens the headers it reads (a 32 KiB prefix per asset, about
+    // half of this small demo's bytes); tiles cross the fleet once. Three replicas read
+    // less than three daemons alone would.
+    assert!(
+        bytes < 2.5 * bytes_alone,
+        "the fleet read {bytes} store bytes, one daemon {bytes_alone}"
+    );
+    let mut served = 0.0;
+    for r in &fleet {
+        let text = scrape(r.metrics_port).await;
+        served += sum(
+            &text,
+            "cogfeed_peer_requests_total",
+            &["direction=\"in\"", "result=\"ok\""],
+        );
+        assert_eq!(
+            sum(&text, "cogfeed_peer_requests_total", &["result=\"not_found\""]),
+            0.0,
+            "a replica refused a peer's map-space tile"
+        );
+    }
+    assert!(served > 0.0, "no map-space tile crossed between replicas");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

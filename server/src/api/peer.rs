@@ -1,7 +1,8 @@
 //! The `cogfeed.v1.Peer` service: tiles for other replicas. Only objects in this replica's
-//! catalog are served, at the version the requester read; the tile comes from the main
-//! cache (fetched from the store once for the whole fleet). When auth is on, the caller
-//! must hold a token for every dataset (`["*"]`), i.e. be a replica.
+//! catalog are served (scenes, labels, and the assets a map-space dataset's layers read),
+//! at the version the requester read; the tile comes from the main cache (fetched from the
+//! store once for the whole fleet). When auth is on, the caller must hold a token for
+//! every dataset (`["*"]`), i.e. be a replica.
 
 use std::sync::Arc;
 
@@ -62,9 +63,18 @@ impl Peer for PeerService {
                 .with_label_values(&[peer.as_str(), "in", result])
                 .inc()
         };
-        let Some(object) = self.catalog.object(&t.object) else {
-            count("not_found");
-            return Err(Error::NotFound(format!("object {} is not in this replica's catalog", t.object)).to_status());
+        let object = match self.catalog.peer_object(&t.object).await {
+            Some(Ok(object)) => object,
+            Some(Err(e)) => {
+                count("error");
+                return Err(e.to_status());
+            }
+            None => {
+                count("not_found");
+                return Err(
+                    Error::NotFound(format!("object {} is not in this replica's catalog", t.object)).to_status(),
+                );
+            }
         };
         if *object.version != *t.version {
             count("stale");

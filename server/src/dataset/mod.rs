@@ -618,6 +618,23 @@ impl Catalog {
         self.objects.read().ok()?.get(url).cloned()
     }
 
+    /// The object `url` a peer asks for: a scene or label (opened at start-up), else an
+    /// asset a map-space dataset's layers read (opened now, through the header cache).
+    /// None when no dataset reads it: a peer never makes this replica open anything else.
+    pub async fn peer_object(&self, url: &str) -> Option<Result<TileObject>> {
+        if let Some(o) = self.object(url) {
+            return Some(Ok(o));
+        }
+        for ds in self.all() {
+            if let Some(map) = &ds.map
+                && let Some(opened) = map.peer_object(url).await
+            {
+                return Some(opened);
+            }
+        }
+        None
+    }
+
     /// The dataset called `name`.
     pub fn get(&self, name: &str) -> Option<Arc<Dataset>> {
         self.datasets.read().ok()?.get(name).cloned()

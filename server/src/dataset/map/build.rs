@@ -531,10 +531,12 @@ impl MapSpace {
                 disagreements += 1;
             }
         }
+        let peer_objects = peer_objects::PeerObjects::new(&items, &layers);
         let mut map = Self {
             layers,
             index: cogfeed_stac::BboxIndex::new(&bboxes, 1.0),
             sources: moka::future::Cache::new(SOURCE_CACHE_ENTRIES),
+            peer_objects,
             items,
             bboxes,
             drawn,

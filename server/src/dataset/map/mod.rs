@@ -36,6 +36,7 @@ pub mod harmonize;
 mod items;
 mod layer;
 pub mod mosaic;
+pub mod peer_objects;
 pub mod plan_index;
 mod planned;
 pub mod rules;
@@ -176,6 +177,8 @@ pub struct MapSpace {
     bboxes: Vec<[f64; 4]>,
     /// The bboxes by 1° cell.
     index: cogfeed_stac::BboxIndex,
+    /// The asset hrefs a peer may ask for (a fleet's shared tiles).
+    peer_objects: peer_objects::PeerObjects,
     /// Opened and checked assets by (Item, asset key).
     sources: moka::future::Cache<(u32, Arc<str>), AssetSource>,
     /// Scene index (plan) → Item index.
