@@ -319,6 +319,7 @@ impl App {
                 cache: self.cache.clone(),
                 auth: self.auth.clone(),
                 metrics: self.metrics.clone(),
+                memory: self.memory.clone(),
             })
             .max_decoding_message_size(MAX_REQUEST_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),

@@ -398,3 +398,81 @@ async fn losing_a_replica_mid_epoch_loses_and_repeats_nothing() {
     }
     assert!(marked >= 1, "no survivor noticed the dead replica");
 }
+
+/// The board of `d`'s tile cache (every daemon here evicts by the plan, the default).
+fn board_of(d: &common::inproc::Daemon) -> std::sync::Arc<cogfeed_server::tiles::board::PlanBoard> {
+    cogfeed_server::tiles::TileSource::board(&d.app.cache).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streams_plan_reaches_the_owners_of_its_tiles_and_leaves_with_it() {
+    use cogfeed_server::cluster::Cluster;
+    use cogfeed_server::cluster::plans::FleetPlanRelay;
+    use cogfeed_server::tiles::TileKey;
+    use cogfeed_server::tiles::board::{PlanRelay, tile_id};
+
+    // The owner: a daemon in this process; the relaying replica: a cluster handle naming
+    // an address nobody serves as itself.
+    let owner = common::inproc::start(cogfeed_server::config::Config::demo(common::inproc::demo_dir())).await;
+    let me = format!("127.0.0.1:{}", free_port());
+    let cluster = Cluster::new(
+        &cogfeed_server::config::ClusterConfig {
+            self_addr: me.clone(),
+            peers: vec![me.clone(), owner.addr.clone()],
+            peers_dns: None,
+            refresh_secs: 5.0,
+            peer_timeout_ms: 5000,
+            peer_cooldown_secs: 60.0,
+            near_cache_bytes: None,
+            peer_token: None,
+        },
+        None,
+    )
+    .unwrap();
+    let url: std::sync::Arc<str> = std::sync::Arc::from("s3://bucket/a.tif");
+    let version: std::sync::Arc<str> = std::sync::Arc::from("etag-1");
+    let keys: Vec<TileKey> = (0..64).map(|b| TileKey::new(&url, &version, 0, b)).collect();
+    let (theirs, mine): (Vec<TileKey>, Vec<TileKey>) = keys
+        .iter()
+        .cloned()
+        .partition(|k| cluster.owner(k) == cogfeed_server::cluster::Owner::Peer(owner.addr.clone()));
+    assert!(
+        !theirs.is_empty() && !mine.is_empty(),
+        "rendezvous split 64 tiles one way"
+    );
+    let board = board_of(&owner);
+    let ids = |ks: &[TileKey]| ks.iter().map(tile_id).collect::<Vec<_>>();
+    let distances = |ks: &[TileKey]| board.distances(ids(ks).into_iter());
+
+    let relay = FleetPlanRelay::new(cluster.clone());
+    // Sample 0 reads every tile; sample 40 reads the owner's first tile again.
+    relay.publish(0, &keys);
+    relay.publish(40, &theirs[..1]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while distances(&theirs).iter().any(Option::is_none) {
+        assert!(std::time::Instant::now() < deadline, "the owner never saw the plan");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Only the tiles it owns reach the owner's board.
+    assert!(distances(&mine).iter().all(Option::is_none));
+    assert!(distances(&theirs).iter().all(|d| *d == Some(0)));
+    // The consumer moves past sample 0 (relayed every few samples): the owner's first tile
+    // is next needed 40 - 16 samples ahead, the others by no plan.
+    relay.advance(16);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while distances(&theirs[..1]) != vec![Some(24)] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cursor never reached the owner"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(distances(&theirs[1..]).iter().all(Option::is_none));
+    // The stream ends: its plan leaves the owner's board.
+    drop(relay);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while board.entries() > 0 {
+        assert!(std::time::Instant::now() < deadline, "a closed stream's plan stayed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

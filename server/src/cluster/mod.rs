@@ -4,6 +4,7 @@
 //! fails is skipped for a cooldown, so its tiles move to their next owner and no stream
 //! waits on a dead replica.
 
+pub mod plans;
 pub mod ring;
 pub mod tiles;
 
@@ -56,6 +57,8 @@ pub struct Cluster {
     members: RwLock<Vec<String>>,
     down: Mutex<HashMap<String, Instant>>,
     clients: Mutex<HashMap<String, Client>>,
+    /// Channels for plan relays: long-lived calls, so no per-call deadline.
+    plan_clients: Mutex<HashMap<String, Client>>,
     timeout: Duration,
     cooldown: Duration,
     token: PeerToken,
@@ -98,6 +101,7 @@ impl Cluster {
             members: RwLock::new(members),
             down: Mutex::new(HashMap::new()),
             clients: Mutex::new(HashMap::new()),
+            plan_clients: Mutex::new(HashMap::new()),
             timeout: Duration::from_millis(config.peer_timeout_ms),
             cooldown: Duration::from_secs_f64(config.peer_cooldown_secs),
             token: PeerToken(token),
@@ -181,14 +185,32 @@ impl Cluster {
     }
 
     fn client(&self, peer: &str) -> Result<Client> {
-        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        self.client_in(&self.clients, peer, Some(self.timeout))
+    }
+
+    /// A client for `peer`'s long-lived calls (plan relays): connects within the peer
+    /// timeout, but a call has no deadline.
+    fn plan_client(&self, peer: &str) -> Result<Client> {
+        self.client_in(&self.plan_clients, peer, None)
+    }
+
+    fn client_in(
+        &self,
+        clients: &Mutex<HashMap<String, Client>>,
+        peer: &str,
+        deadline: Option<Duration>,
+    ) -> Result<Client> {
+        let mut clients = clients.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = clients.get(peer) {
             return Ok(c.clone());
         }
-        let channel = Endpoint::from_shared(format!("http://{peer}"))
+        let mut endpoint = Endpoint::from_shared(format!("http://{peer}"))
             .map_err(|_| Error::InvalidArgument(format!("cluster: bad peer address {peer:?}")))?
-            .connect_timeout(self.timeout)
-            .timeout(self.timeout)
+            .connect_timeout(self.timeout);
+        if let Some(d) = deadline {
+            endpoint = endpoint.timeout(d);
+        }
+        let channel = endpoint
             .tcp_nodelay(true)
             .initial_stream_window_size(Some(8 << 20))
             .initial_connection_window_size(Some(32 << 20))

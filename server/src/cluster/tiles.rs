@@ -89,4 +89,8 @@ impl TileSource for FleetTiles {
     fn board(&self) -> Option<Arc<crate::tiles::board::PlanBoard>> {
         self.local.board()
     }
+
+    fn plan_relay(&self) -> Option<Box<dyn crate::tiles::board::PlanRelay>> {
+        Some(Box::new(super::plans::FleetPlanRelay::new(self.cluster.clone())))
+    }
 }

@@ -402,7 +402,13 @@ fn plan(job: &StreamJob, cache: &dyn TileSource) -> Option<(Arc<plan_ahead::Curs
     };
     let (share, batches) = (job.share, job.batch_count());
     let order = (0..batches).flat_map(move |k| share.samples(k));
-    Some(plan_ahead::start(job.clone(), &board, order, reservation))
+    Some(plan_ahead::start(
+        job.clone(),
+        &board,
+        cache.plan_relay(),
+        order,
+        reservation,
+    ))
 }
 
 /// The body of [`run`].

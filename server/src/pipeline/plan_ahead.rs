@@ -9,7 +9,9 @@
 //! unplanned. Nothing is planned while the tile cache is not nearly full: a cache that holds
 //! everything needs no plan. The plan's memory is admitted against the daemon's budget like look-ahead
 //! (taken if free, never waited for): without room the stream runs unplanned and its tiles
-//! are evicted by recency. Never changes what a stream delivers, only what stays cached.
+//! are evicted by recency. In a fleet the plan for tiles other replicas own is also relayed
+//! to their owners ([`PlanRelay`]). Never changes what a stream delivers, only what stays
+//! cached.
 
 use std::sync::Arc;
 
@@ -19,7 +21,7 @@ use super::StreamJob;
 use super::map_sample::{first_draw, wanted_layers};
 use crate::error::{Error, Result};
 use crate::memory::Reservation;
-use crate::tiles::board::{BYTES_PER_ENTRY, MAX_PLAN_ENTRIES, PlanBoard, StreamPlan, tile_id};
+use crate::tiles::board::{BYTES_PER_ENTRY, MAX_PLAN_ENTRIES, PlanBoard, PlanRelay, StreamPlan, tile_id};
 use crate::tiles::{TileKey, region};
 
 /// Samples the plan reaches ahead of the consumer at most. Planning a sample costs CPU
@@ -32,6 +34,7 @@ pub const HORIZON: u64 = 512;
 #[derive(Debug)]
 pub struct Cursor {
     plan: Arc<StreamPlan>,
+    relay: Option<Arc<dyn PlanRelay>>,
     moved: watch::Sender<u64>,
     /// The plan's memory, held as long as its uses can be on the board.
     _memory: Option<Reservation>,
@@ -41,6 +44,9 @@ impl Cursor {
     /// Every sample before `consumed` (in stream order) was delivered.
     pub fn advance(&self, consumed: u64) {
         self.plan.advance(consumed);
+        if let Some(r) = &self.relay {
+            r.advance(consumed);
+        }
         self.moved.send_replace(consumed);
     }
 
@@ -53,22 +59,26 @@ impl Cursor {
 }
 
 /// Starts planning `order` (the stream's sample indices in delivery order) for `job` on
-/// `board`, within `reservation`. Returns the consumer's cursor; the planner stops when the
-/// cursor is dropped, the returned handle is aborted or the order ends.
+/// `board` (and `relay`, for tiles other replicas own), within `reservation`. Returns the
+/// consumer's cursor; the planner stops when the cursor is dropped, the returned handle
+/// is aborted or the order ends.
 pub fn start(
     job: StreamJob,
     board: &Arc<PlanBoard>,
+    relay: Option<Box<dyn PlanRelay>>,
     order: impl Iterator<Item = u64> + Send + 'static,
     reservation: Option<Reservation>,
 ) -> (Arc<Cursor>, tokio::task::JoinHandle<()>) {
     let plan = Arc::new(board.open());
+    let relay: Option<Arc<dyn PlanRelay>> = relay.map(Arc::from);
     let (moved, watched) = watch::channel(0u64);
-    let planner = plan.clone();
+    let (planner, relayed) = (plan.clone(), relay.clone());
     let task = tokio::spawn(async move {
-        plan_order(&job, &planner, order, watched).await;
+        plan_order(&job, &planner, relayed.as_deref(), order, watched).await;
     });
     let cursor = Cursor {
         plan,
+        relay,
         moved,
         _memory: reservation,
     };
@@ -83,6 +93,7 @@ pub fn plan_bytes() -> u64 {
 async fn plan_order(
     job: &StreamJob,
     plan: &StreamPlan,
+    relay: Option<&dyn PlanRelay>,
     order: impl Iterator<Item = u64>,
     mut cursor: watch::Receiver<u64>,
 ) {
@@ -105,6 +116,9 @@ async fn plan_order(
         }
         if let Ok(keys) = planned_tiles(job, i).await {
             plan.publish(position, keys.iter().map(tile_id));
+            if let Some(r) = relay {
+                r.publish(position, &keys);
+            }
         }
         // One plan at a time: other streams' tasks run between them.
         tokio::task::yield_now().await;

@@ -35,6 +35,17 @@ pub fn tile_id(key: &TileKey) -> u64 {
     h.finish()
 }
 
+/// Where one stream also sends its plan for tiles other replicas own (in a fleet, their
+/// owners, whose caches then evict by every plan in the fleet), beside this replica's
+/// board. Advisory: it must never block or fail the stream; updates it cannot deliver are
+/// dropped (an owner then misorders a few evictions, nothing else).
+pub trait PlanRelay: Send + Sync + std::fmt::Debug {
+    /// The sample at `position` (ascending from one call to the next) reads `keys`.
+    fn publish(&self, position: u64, keys: &[TileKey]);
+    /// The stream consumed every sample before `cursor`.
+    fn advance(&self, cursor: u64);
+}
+
 /// One stream's published future: its uses in order and, per tile, their positions.
 #[derive(Debug, Default)]
 struct Uses {

@@ -96,6 +96,12 @@ pub trait TileSource: Send + Sync + std::fmt::Debug {
     fn board(&self) -> Option<Arc<board::PlanBoard>> {
         None
     }
+
+    /// Where one new stream relays its plan for tiles other replicas own (a fleet's
+    /// owners); None when no other cache holds tiles for this one.
+    fn plan_relay(&self) -> Option<Box<dyn board::PlanRelay>> {
+        None
+    }
 }
 
 #[async_trait::async_trait]
