@@ -240,7 +240,7 @@ class Daemon:
         return "\n".join(lines)
 
     def start(self, timeout=120.0):
-        self.port, self.metrics_port = free_port(), free_port()
+        self.port, self.metrics_port = self.port or free_port(), free_port()
         self.dir.mkdir(parents=True, exist_ok=True)
         cfg = self.dir / "cogfeed.toml"
         cfg.write_text(self.config())
