@@ -152,7 +152,7 @@ def main() -> None:
                     results.setdefault(name, {}).setdefault(k, []).append(v)
                 print(f"run {run} {name:12} {n} x {capacity >> 20} MiB: {got} samples {r['samples_s']:6.1f}/s "
                       f"{r['cpu_ms']:6.2f} ms CPU/sample; store {r['store_mib']:8.1f} MiB in {r['store_reads']:.0f} "
-                      f"reads, {r['store_loads']:.0f} tiles loaded from it; {r["decodes"]:.0f} cache misses; "
+                      f"reads, {r['store_loads']:.0f} tiles loaded from it; {r['decodes']:.0f} cache misses; "
                       f"{r['peer_mib']:.0f} MiB between replicas", flush=True)
     med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in results.items()}
     if "one" in med:
