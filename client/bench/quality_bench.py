@@ -494,6 +494,8 @@ def main() -> None:
     ap.add_argument("--dial-cache-mib", type=int, default=decoded_train_bytes() // 4 >> 20,
                     help="the tile cache the default dial is sized for (default: a quarter of the training tiles)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--configs", default="random,default,tight",
+                    help="comma-separated: random, default, tight, or default-vV (the default dial with visits = V)")
     a = ap.parse_args()
     if not shutil.which("gdal_translate"):
         sys.exit("gdal_translate is needed (apt install gdal-bin)")
@@ -513,8 +515,17 @@ def main() -> None:
             k = out["default_open_blocks"] = default_dial(daemon, items, work, a.dial_cache_mib << 20,
                                                           a.samples_per_epoch, a.batch)
             describe(a, shares, val, k)
-            configs = {"random": ("random", 0, 0), f"local, default dial (open_blocks {k}, visits 1)": ("local", k, 1),
-                       "local, tight dial (open_blocks 1, visits 1)": ("local", 1, 1)}
+            known = {"random": ("random", ("random", 0, 0)),
+                     "default": (f"local, default dial (open_blocks {k}, visits 1)", ("local", k, 1)),
+                     "tight": ("local, tight dial (open_blocks 1, visits 1)", ("local", 1, 1))}
+            configs = {}
+            for c in a.configs.split(","):
+                if c.startswith("default-v"):
+                    v = int(c.removeprefix("default-v"))
+                    configs[f"local, default dial, more visits (open_blocks {k}, visits {v})"] = ("local", k, v)
+                else:
+                    name, order = known[c]
+                    configs[name] = order
             # Prime the cache (one locality-ordered pass decodes each tile about once).
             for _ in loader(daemon, ("local", 1, 1), 0, 0, a.samples_per_epoch, a.batch):
                 pass
