@@ -66,13 +66,14 @@ def decoded_bytes(items: Path) -> int:
     return total
 
 
-def stream(daemon, order, samples, max_batches=0, prefetch=0):
+def stream(daemon, order, samples, max_batches=0, prefetch=0, visits=1):
     """Figures of one stream of the whole published sample."""
     m0, _ = daemon.metrics()
     cpu0, own0, t0 = daemon.cpu(), time.process_time(), time.perf_counter()
     loader = cogfeed.Loader(daemon.address, "sample", sampler="random", patch_size=sb.PATCH,
                             batch_size=sb.BATCH, seed=sb.SEED, samples_per_epoch=samples,
-                            max_batches=max_batches, layers=LAYERS, order=order, prefetch=prefetch)
+                            max_batches=max_batches, layers=LAYERS, order=order, prefetch=prefetch,
+                            visits=visits if order == "local" else 0)
     n = sum(b.layers["s2"].shape[0] for b in loader)
     wall = time.perf_counter() - t0
     daemon_cpu, client_cpu = daemon.cpu() - cpu0, time.process_time() - own0
@@ -102,6 +103,7 @@ def main() -> None:
     ap.add_argument("--no-warm", action="store_true")
     ap.add_argument("--delays", default="", help="also cold over HTTP (nginx, delay_proxy.py) at these one-way ms, e.g. 0,80")
     ap.add_argument("--prefetch", type=int, default=0, help="cold streams' look-ahead (0: the daemon's adaptive one)")
+    ap.add_argument("--visits", type=int, default=1, help="`visits` of the local order (times each group is opened)")
     ap.add_argument("--perf", type=Path, help="record a `perf` profile of the daemon in each cold stream of the first run")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
@@ -147,7 +149,8 @@ def main() -> None:
                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                         time.sleep(1)
                     try:
-                        record(f"{order}/cold/{eviction}", run, stream(d, order, a.samples, n // sb.BATCH, a.prefetch))
+                        record(f"{order}/cold/{eviction}", run,
+                               stream(d, order, a.samples, n // sb.BATCH, a.prefetch, a.visits))
                     finally:
                         if perf:
                             perf.send_signal(signal.SIGINT)
