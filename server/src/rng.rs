@@ -1,4 +1,5 @@
-//! Deterministic pseudo-random numbers for samplers, augmentation and demo data.
+//! Deterministic pseudo-random numbers for samplers, augmentation and demo data, and the
+//! stable digest that names tiles across processes ([`digest`]).
 //!
 //! Written here on purpose: a stream's bytes must be a pure function of its request for as
 //! long as datasets live, so the generator cannot change with a dependency's version.
@@ -6,11 +7,27 @@
 //! integers.
 
 /// One SplitMix64 step: a well-mixed 64-bit function of `x`.
-pub fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
+pub fn mix(x: u64) -> u64 {
+    finish(x.wrapping_add(0x9E37_79B9_7F4A_7C15))
+}
+
+/// SplitMix64's finaliser alone: a bijective, well-mixed 64-bit function of `z`.
+pub fn finish(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// FNV-1a over `bytes`, then [`finish`]: the same value in every process and build (unlike
+/// `std`'s hashers, whose algorithm may change), so replicas agree on tile owners and on
+/// the tile ids their plans name.
+pub fn digest(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    finish(h)
 }
 
 /// A keyed hash of several values (order matters).
@@ -70,6 +87,9 @@ mod tests {
     fn stable_values() {
         // Pinned: changing these changes every dataset's batches.
         assert_eq!(mix(0), 0xE220_A839_7B1D_CDAF);
+        // Pinned too: replicas of different builds must agree on tile owners and plan ids.
+        assert_eq!(digest(b"tile"), 0x7BCE_735B_61BA_4EC5);
+        assert_eq!(digest(b""), 0xF52A_15E9_A9B5_E89B);
         assert_eq!(permutation(5, 7), permutation(5, 7));
         let mut p = permutation(1000, 3);
         p.sort_unstable();

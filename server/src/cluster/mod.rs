@@ -65,17 +65,6 @@ pub struct Cluster {
     metrics: Option<Arc<Metrics>>,
 }
 
-fn key_hash(key: &TileKey) -> u64 {
-    let mut bytes = Vec::with_capacity(key.object.len() + key.version.len() + 10);
-    bytes.extend_from_slice(key.object.as_bytes());
-    bytes.push(0);
-    bytes.extend_from_slice(key.version.as_bytes());
-    bytes.push(0);
-    bytes.extend_from_slice(&key.level.to_le_bytes());
-    bytes.extend_from_slice(&key.block.to_le_bytes());
-    ring::hash(&bytes)
-}
-
 impl Cluster {
     /// The cluster of `config`; with `peers_dns`, call [`Cluster::watch_dns`] to fill it.
     pub fn new(config: &ClusterConfig, metrics: Option<Arc<Metrics>>) -> Result<Arc<Self>> {
@@ -178,7 +167,7 @@ impl Cluster {
     pub fn owner(&self, key: &TileKey) -> Owner {
         let members = self.members();
         let live = members.iter().filter(|m| **m == self.self_addr || !self.is_down(m));
-        match ring::owner(key_hash(key), live.map(String::as_str)) {
+        match ring::owner(key.digest(), live.map(String::as_str)) {
             Some(o) if o != self.self_addr => Owner::Peer(o.to_string()),
             _ => Owner::Local,
         }

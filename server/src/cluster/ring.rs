@@ -2,21 +2,7 @@
 //! highest score for it. Every replica computes the same owner from the same member list,
 //! and when a member leaves only the keys it owned move (each to its next-best member).
 
-/// FNV-1a over `bytes`, then a SplitMix64 finish: stable across processes and builds.
-pub fn hash(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    mix(h)
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+use crate::rng::{digest as hash, finish as mix};
 
 /// The score of `member` (its address hash) for a key hash.
 fn score(member: u64, key: u64) -> u64 {

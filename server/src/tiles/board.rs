@@ -15,7 +15,6 @@
 //! it publishes anything. The board never loads, decodes or evicts anything itself.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,12 +26,10 @@ pub const MAX_PLAN_ENTRIES: usize = 1 << 18;
 /// the maps' overhead), for admitting a plan against the memory budget.
 pub const BYTES_PER_ENTRY: u64 = 64;
 
-/// A tile's name on the board: a stable 64-bit digest of its key.
+/// A tile's name on the board: its key's stable digest ([`TileKey::digest`]), the same in
+/// every replica, so plans relayed between replicas name the same tiles.
 pub fn tile_id(key: &TileKey) -> u64 {
-    // SipHash with fixed keys: the same id for the same key in every stream of this process.
-    let mut h = std::hash::DefaultHasher::new();
-    key.hash(&mut h);
-    h.finish()
+    key.digest()
 }
 
 /// Where one stream also sends its plan for tiles other replicas own (in a fleet, their
