@@ -22,8 +22,13 @@ pub fn finish(mut z: u64) -> u64 {
 /// `std`'s hashers, whose algorithm may change), so replicas agree on tile owners and on
 /// the tile ids their plans name.
 pub fn digest(bytes: &[u8]) -> u64 {
+    digest_parts([bytes])
+}
+
+/// [`digest`] of `parts` laid end to end, without copying them together.
+pub fn digest_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
+    for &b in parts.into_iter().flatten() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -90,6 +95,7 @@ mod tests {
         // Pinned too: replicas of different builds must agree on tile owners and plan ids.
         assert_eq!(digest(b"tile"), 0x7BCE_735B_61BA_4EC5);
         assert_eq!(digest(b""), 0xF52A_15E9_A9B5_E89B);
+        assert_eq!(digest_parts([&b"ti"[..], b"", b"le"]), digest(b"tile"));
         assert_eq!(permutation(5, 7), permutation(5, 7));
         let mut p = permutation(1000, 3);
         p.sort_unstable();

@@ -69,14 +69,15 @@ impl TileKey {
     /// The key's stable 64-bit digest ([`crate::rng::digest`] of URL, version, level and
     /// block): its owner in a fleet and its id on plan boards, the same in every replica.
     pub fn digest(&self) -> u64 {
-        let mut bytes = Vec::with_capacity(self.object.len() + self.version.len() + 10);
-        bytes.extend_from_slice(self.object.as_bytes());
-        bytes.push(0);
-        bytes.extend_from_slice(self.version.as_bytes());
-        bytes.push(0);
-        bytes.extend_from_slice(&self.level.to_le_bytes());
-        bytes.extend_from_slice(&self.block.to_le_bytes());
-        crate::rng::digest(&bytes)
+        let (level, block) = (self.level.to_le_bytes(), self.block.to_le_bytes());
+        crate::rng::digest_parts([
+            self.object.as_bytes(),
+            &[0],
+            self.version.as_bytes(),
+            &[0],
+            &level,
+            &block,
+        ])
     }
 
     pub fn new(object: &Arc<str>, version: &Arc<str>, level: usize, block: usize) -> Self {
