@@ -312,7 +312,10 @@ mod tests {
         let k = TileKey::new(&url, &v1, 0, 5);
         assert_eq!(tile_id(&k), tile_id(&k.clone()));
         // The fleet's byte layout: URL, 0, version, 0, level and block (u32, little-endian).
-        assert_eq!(tile_id(&k), crate::rng::digest(b"s3://b/x.tif\0etag-1\0\0\0\0\0\x05\0\0\0"));
+        assert_eq!(
+            tile_id(&k),
+            crate::rng::digest(b"s3://b/x.tif\0etag-1\0\0\0\0\0\x05\0\0\0")
+        );
         assert_ne!(tile_id(&k), tile_id(&TileKey::new(&url, &v2, 0, 5)));
         assert_ne!(tile_id(&k), tile_id(&TileKey::new(&url, &v1, 1, 5)));
         assert_ne!(tile_id(&k), tile_id(&TileKey::new(&url, &v1, 0, 6)));
