@@ -147,21 +147,6 @@ async fn s3_with_demo_and_stac() -> (u16, Proc, tempfile::TempDir) {
     (port, proc, root)
 }
 
-/// Random map-space footprints over every layer of `demo-stac`: each job (seed) its own.
-fn stac_request(seed: u64) -> pb::StreamBatchesRequest {
-    pb::StreamBatchesRequest {
-        dataset: "demo-stac".into(),
-        job: format!("stac{seed}"),
-        sampler: pb::Sampler::Random as i32,
-        patch_size: 64,
-        batch_size: 4,
-        samples_per_epoch: 32,
-        seed,
-        world_size: 1,
-        ..Default::default()
-    }
-}
-
 /// Random unaligned windows: each job (seed) its own.
 fn request(seed: u64, rank: u32, world: u32) -> pb::StreamBatchesRequest {
     pb::StreamBatchesRequest {
@@ -176,6 +161,18 @@ fn request(seed: u64, rank: u32, world: u32) -> pb::StreamBatchesRequest {
         world_size: world,
         labels: true,
         ..Default::default()
+    }
+}
+
+/// Random map-space footprints over every layer of `demo-stac`: each job (seed) its own.
+fn stac_request(seed: u64) -> pb::StreamBatchesRequest {
+    pb::StreamBatchesRequest {
+        dataset: "demo-stac".into(),
+        job: format!("stac{seed}"),
+        patch_size: 64,
+        samples_per_epoch: 32,
+        labels: false,
+        ..request(seed, 0, 1)
     }
 }
 
@@ -207,10 +204,12 @@ async fn run_job(addr: &str, r: pb::StreamBatchesRequest) -> Vec<String> {
     c.stream(r).await.unwrap().map(|b| digest(&b.unwrap())).collect().await
 }
 
-async fn four_jobs(addrs: &[String]) -> Vec<Vec<String>> {
+/// Four jobs spread over `addrs` (job j on replica j mod n), each job's batch digests;
+/// job j streams `make(j + 1)`.
+async fn four_jobs(addrs: &[String], make: fn(u64) -> pb::StreamBatchesRequest) -> Vec<Vec<String>> {
     let jobs = (0..4u64).map(|j| {
         let addr = addrs[j as usize % addrs.len()].clone();
-        tokio::spawn(async move { run_job(&addr, request(j + 1, 0, 1)).await })
+        tokio::spawn(async move { run_job(&addr, make(j + 1)).await })
     });
     futures::future::join_all(jobs)
         .await
@@ -230,7 +229,7 @@ async fn a_fleet_fetches_each_tile_once_and_serves_the_same_bytes() {
     let (s3_port, _s3, _root) = s3_with_demo().await;
     // One daemon: the reference bytes and the number of distinct tiles the jobs touch.
     let single = start(s3_port, free_port(), None);
-    let alone = four_jobs(std::slice::from_ref(&single.addr)).await;
+    let alone = four_jobs(std::slice::from_ref(&single.addr), |seed| request(seed, 0, 1)).await;
     let distinct = sum(
         &scrape(single.metrics_port).await,
         "cogfeed_tiles_loaded_total",
@@ -241,7 +240,7 @@ async fn a_fleet_fetches_each_tile_once_and_serves_the_same_bytes() {
 
     let (ports, addrs) = ports(3);
     let fleet: Vec<Replica> = ports.iter().map(|p| start(s3_port, *p, Some(&addrs))).collect();
-    let together = four_jobs(&addrs).await;
+    let together = four_jobs(&addrs, |seed| request(seed, 0, 1)).await;
     assert_eq!(together, alone, "a fleet changed the bytes");
     let mut store_loads = 0.0;
     let mut served = 0.0;
@@ -258,19 +257,6 @@ async fn a_fleet_fetches_each_tile_once_and_serves_the_same_bytes() {
     }
     assert_eq!(store_loads, distinct, "tiles fetched from the store fleet-wide");
     assert!(served > 0.0, "no tile crossed between replicas");
-}
-
-/// Four map-space jobs spread over `addrs`, each job's batch digests.
-async fn four_stac_jobs(addrs: &[String]) -> Vec<Vec<String>> {
-    let jobs = (0..4u64).map(|j| {
-        let addr = addrs[j as usize % addrs.len()].clone();
-        tokio::spawn(async move { run_job(&addr, stac_request(j + 1)).await })
-    });
-    futures::future::join_all(jobs)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect()
 }
 
 /// Store bytes and tile loads from the store, summed over `replicas`.
@@ -290,7 +276,7 @@ async fn a_fleet_shares_map_space_tiles_as_it_shares_scene_tiles() {
     // Store reads of the jobs alone (start-up reads every replica's catalog).
     let single = start_with(s3_port, free_port(), None, STAC_DATASET);
     let (started, _) = store_reads(&[&single]).await;
-    let alone = four_stac_jobs(std::slice::from_ref(&single.addr)).await;
+    let alone = four_jobs(std::slice::from_ref(&single.addr), stac_request).await;
     let (bytes_alone, distinct) = store_reads(&[&single]).await;
     let bytes_alone = bytes_alone - started;
     assert!(distinct > 0.0 && bytes_alone > 0.0);
@@ -303,7 +289,7 @@ async fn a_fleet_shares_map_space_tiles_as_it_shares_scene_tiles() {
         .collect();
     let replicas: Vec<&Replica> = fleet.iter().collect();
     let (started, _) = store_reads(&replicas).await;
-    let together = four_stac_jobs(&addrs).await;
+    let together = four_jobs(&addrs, stac_request).await;
     assert_eq!(together, alone, "a fleet changed the map-space bytes");
     let (bytes, loads) = store_reads(&replicas).await;
     let bytes = bytes - started;
