@@ -28,7 +28,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "client" / "python"))
 sys.path.insert(0, str(HERE))
 import cogfeed  # noqa: E402
-from services import cpu_seconds, free_port, wait_port  # noqa: E402
+from services import cluster_toml, cpu_seconds, free_port, wait_port  # noqa: E402
 
 BIN = ROOT / "target" / "release"
 
@@ -54,12 +54,7 @@ def start_fleet(n, data, cache_bytes, tmp, near_bytes=None):
     procs, metrics_ports = [], []
     for i, port in enumerate(ports):
         mport = free_port()
-        cluster = ""
-        if n > 1:
-            peers = ", ".join(f'"{a}"' for a in addrs)
-            cluster = f'[cluster]\nself = "{addrs[i]}"\npeers = [{peers}]\npeer_timeout_ms = 10000\n'
-            if near_bytes is not None:
-                cluster += f"near_cache_bytes = {near_bytes}\n"
+        cluster = cluster_toml(addrs[i], addrs, near_bytes) if n > 1 else ""
         cfg = tmp / f"replica{i}.toml"
         cfg.write_text(f"""[server]
 listen = "{addrs[i]}"

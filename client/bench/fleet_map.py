@@ -53,13 +53,7 @@ def start(work, n, capacity, dataset, near=None):
         d.port = svc.free_port()
     addrs = [f"127.0.0.1:{d.port}" for d in daemons]
     for d, addr in zip(daemons, addrs):
-        cluster = ""
-        if n > 1:
-            peers = ", ".join(f'"{a}"' for a in addrs)
-            cluster = f'[cluster]\nself = "{addr}"\npeers = [{peers}]\npeer_timeout_ms = 10000\n'
-            if near is not None:
-                cluster += f"near_cache_bytes = {near}\n"
-            cluster += "\n"
+        cluster = svc.cluster_toml(addr, addrs, near) + "\n" if n > 1 else ""
         d.extra = cluster + dataset
     return [d.start() for d in daemons]
 

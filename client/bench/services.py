@@ -216,6 +216,16 @@ def toml_str(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def cluster_toml(addr, addrs, near_bytes=None):
+    """The `[cluster]` section of replica `addr` in a static fleet of `addrs` (a long peer
+    timeout: benchmarks share one loaded machine), with `near_cache_bytes` when given."""
+    peers = ", ".join(f'"{a}"' for a in addrs)
+    text = f'[cluster]\nself = "{addr}"\npeers = [{peers}]\npeer_timeout_ms = 10000\n'
+    if near_bytes is not None:
+        text += f"near_cache_bytes = {near_bytes}\n"
+    return text
+
+
 class Daemon:
     """`cogfeed serve --config` with the given datasets {name: [urls]}; defaults otherwise."""
 
