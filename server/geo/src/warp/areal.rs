@@ -1,25 +1,21 @@
 //! The areal kernels' loop over a footprint (average and mode): each destination pixel's
 //! area from two of its corners, then the kernel over it. For a one-band mode (a class
-//! map) it first decides one-value areas from the source's row runs, and a run of
-//! destination pixels at once where the box around all their corners holds one valid
-//! value: every area inside that box then has that value as its mode.
+//! map) it first decides one-value areas from the source's row runs, and keeps the last
+//! one-value box found, stretched along the runs, as a region: the next pixels of the row,
+//! whose areas usually lie inside it, take its value from a few comparisons of their edges.
 //!
 //! Owns the loop and the one-value shortcuts only; the kernels' arithmetic is
 //! [`kernel`]'s. It must never give a pixel another value than [`kernel::mode`] or
 //! [`kernel::average`] over that pixel's own area would (tests compare them), and never
 //! allocates per pixel.
 
-use super::kernel::{self, Area, Source};
+use super::kernel::{self, Source};
 use super::plan::SourceWindow;
 use super::{MappedPoints, Resampling};
 
-/// Destination pixels of one row decided together from the box around their corners: a
-/// box of 8 pixels of a class map at about its own resolution spans ~9 × 3 source
-/// pixels, which one class block usually holds; where it does not, the 8 go one by one.
-const ROW_BLOCK: usize = 8;
-
 /// Per pixel of a one-band window: how many pixels from it rightward along its row are
-/// valid and hold its value (0 where it is invalid). What [`uniform`] reads.
+/// valid and hold its value (0 where it is invalid; a NaN is a run of its own). What
+/// [`uniform_box`] and [`Region::grown`] read.
 pub fn runs(src: &Source<'_>) -> Vec<u32> {
     let mut runs = vec![0u32; src.width * src.height];
     let width = src.width.max(1);
@@ -29,17 +25,23 @@ pub fn runs(src: &Source<'_>) -> Vec<u32> {
         .zip(src.valid.chunks_exact(width))
         .zip(runs.chunks_exact_mut(width))
     {
-        let mut next = 0u32;
-        for x in (0..values.len()).rev() {
-            let same_as_next = x + 1 < values.len() && next > 0 && values[x + 1] == values[x];
-            next = if !valid[x] {
-                0
-            } else if same_as_next {
-                next + 1
-            } else {
-                1
-            };
-            row[x] = next;
+        // Segment by segment, left to right: one comparison per pixel, then the segment's
+        // counts in a loop a compiler vectorises.
+        let mut x = 0;
+        while x < values.len() {
+            if !valid[x] {
+                x += 1;
+                continue;
+            }
+            let v = values[x];
+            let mut end = x + 1;
+            while end < values.len() && valid[end] && values[end] == v {
+                end += 1;
+            }
+            for (k, r) in row[x..end].iter_mut().enumerate() {
+                *r = (end - x - k) as u32;
+            }
+            x = end;
         }
     }
     runs
@@ -65,69 +67,56 @@ fn uniform_box(src: &Source<'_>, runs: &[u32], (ix0, ix1): (usize, usize), (iy0,
     Some(v)
 }
 
-/// The value of an area whose every pixel is valid and equal, from [`runs`]; None
-/// otherwise (the area then takes [`kernel::mode`], which gives the same value wherever
-/// this one gives one).
-#[inline]
-pub fn uniform(src: &Source<'_>, runs: &[u32], a: &Area) -> Option<f64> {
-    uniform_box(src, runs, (a.ix0, a.ix1), (a.iy0, a.iy1))
+/// A box of source pixels known to be valid and to hold one value. Grown from a one-value
+/// box to the right as far as every one of its rows keeps the value (what [`runs`] says).
+#[derive(Debug, Clone, Copy)]
+struct Region {
+    value: f64,
+    /// The box's ends as floats: first and end column, first and end row.
+    ends: [f64; 4],
 }
 
-/// The one value of every destination pixel of a row run whose corners are `top` (x, y of
-/// the run's upper corners, one more than its pixels) and `bottom` (its lower corners),
-/// window pixels, where the source box around them all holds one valid value. None where
-/// it does not, where a corner is not finite or outside the margins, or where the box
-/// reaches past the window's edges (a pixel there could have an empty area).
-///
-/// Why it is exact: a pixel's area spans at least its own pixels' floor/ceil ends, which
-/// are monotonic in the edges, so they lie inside the box's ends (one pixel more on the
-/// high sides covers GDAL's "at least one pixel" rule); every pixel then has an area of
-/// valid pixels all equal to the box's value, which is their mode.
-fn uniform_row_run(
-    src: &Source<'_>,
-    runs: &[u32],
-    (tx, ty): (&[f64], &[f64]),
-    (bx, by): (&[f64], &[f64]),
-    (ox, oy): (f64, f64),
-    margins: (f64, f64),
-) -> Option<f64> {
-    // Plain comparisons (a NaN fails them all and is caught by the finiteness test of the
-    // sum, as is an infinity).
-    let bounds = |a: &[f64], b: &[f64], o: f64| {
-        let (mut lo, mut hi, mut sum) = (a[0], a[0], 0.0);
-        for &v in a.iter().chain(b) {
-            sum += v;
-            if v < lo {
-                lo = v;
-            }
-            if v > hi {
-                hi = v;
-            }
+impl Region {
+    /// The region of the one-value box `ix0..` × `iy0..iy1` (every pixel valid and equal to
+    /// `value`), stretched right along its rows' runs.
+    #[inline]
+    fn grown(src: &Source<'_>, runs: &[u32], value: f64, ix0: usize, (iy0, iy1): (usize, usize)) -> Self {
+        let mut reach = usize::MAX;
+        for iy in iy0..iy1 {
+            reach = reach.min(ix0 + runs[iy * src.width + ix0] as usize);
         }
-        sum.is_finite().then_some((lo - o, hi - o))
-    };
-    let (x_lo, x_hi) = bounds(tx, bx, ox)?;
-    let (y_lo, y_hi) = bounds(ty, by, oy)?;
-    let (w, h) = (src.width as f64, src.height as f64);
-    let inside = |lo: f64, hi: f64, size: f64, m: f64| lo >= -m && hi - size <= m;
-    if !(inside(x_lo, x_hi, w, margins.0) && inside(y_lo, y_hi, h, margins.1)) {
-        return None;
+        Self {
+            value,
+            ends: [ix0 as f64, reach as f64, iy0 as f64, iy1 as f64],
+        }
     }
-    // A pixel whose area lies a pixel or more before the window's first column or row
-    // has an empty span (no value): leave runs near those edges to the pixels alone.
-    if x_lo <= -0.5 || y_lo <= -0.5 {
-        return None;
+
+    /// Whether the area with edges `x` = (lo, hi) and `y` (window pixels) lies inside the
+    /// region: then its span ([`kernel::span`]) does, and every pixel of it holds the
+    /// region's value. Exact without the span: for `a = lo + 1e-10 < b = hi - 1e-10` the
+    /// span is `floor(a)..ceil(b)` (no "at least one pixel" step, and no clamp inside the
+    /// window), and for whole ends `c0 ≤ floor(a) ⇔ c0 ≤ a`, `ceil(b) ≤ c1 ⇔ b ≤ c1`. A
+    /// NaN or an infinity fails a comparison (and the margin test then is moot: the region
+    /// lies inside the window).
+    #[inline]
+    fn holds(&self, x: (f64, f64), y: (f64, f64)) -> bool {
+        let inside = |(lo, hi): (f64, f64), c0: f64, c1: f64| {
+            let (a, b) = (lo + 1e-10, hi - 1e-10);
+            a < b && a >= c0 && b <= c1
+        };
+        inside(x, self.ends[0], self.ends[1]) && inside(y, self.ends[2], self.ends[3])
     }
-    let (ix0, ix1) = kernel::span(x_lo, x_hi, w);
-    let (iy0, iy1) = kernel::span(y_lo, y_hi, h);
-    if ix1 + 1 > src.width || iy1 + 1 > src.height {
-        return None;
-    }
-    uniform_box(src, runs, (ix0, ix1 + 1), (iy0, iy1 + 1))
+}
+
+/// Two edges in order (a NaN fails every region test whichever side it lands on).
+#[inline]
+fn ordered(a: f64, b: f64) -> (f64, f64) {
+    if a <= b { (a, b) } else { (b, a) }
 }
 
 /// Average or mode of every destination pixel of `mapped` (corners) over `src`, into
-/// `values` (one band plane after another) and `valid`.
+/// `values` (one band plane after another) and `valid`. Returns how many pixels a region
+/// decided (what tests check the shortcut with).
 pub(super) fn warp_areal(
     mapped: &MappedPoints,
     window: &SourceWindow,
@@ -135,7 +124,7 @@ pub(super) fn warp_areal(
     resampling: Resampling,
     values: &mut [f64],
     valid: &mut [bool],
-) {
+) -> usize {
     let (w, h) = (mapped.width, mapped.height);
     let n = w * h;
     let (ox, oy) = (window.col as f64, window.row as f64);
@@ -146,52 +135,59 @@ pub(super) fn warp_areal(
     let mut counts = Vec::new();
     let mut px = vec![0.0; src.bands];
     let runs = (resampling == Resampling::Mode && src.bands == 1).then(|| runs(src));
-    let (cx, cy) = (&mapped.xs, &mapped.ys);
-    let mut one = |p: usize, c1: usize, c2: usize, values: &mut [f64], valid: &mut [bool]| {
-        let (x1, y1, x2, y2) = (cx[c1] - ox, cy[c1] - oy, cx[c2] - ox, cy[c2] - oy);
-        if !(x1.is_finite() && y1.is_finite() && x2.is_finite() && y2.is_finite()) {
-            return;
-        }
-        let Some(area) = kernel::area(src, (x1, y1), (x2, y2), margins) else {
-            return;
-        };
-        if let Some(v) = runs.as_deref().and_then(|r| uniform(src, r, &area)) {
-            values[p] = v;
-            valid[p] = true;
-            return;
-        }
-        let ok = match resampling {
-            Resampling::Average => kernel::average(src, &area, &mut px),
-            _ => kernel::mode(src, &area, &mut px, &mut counts),
-        };
-        if ok {
-            valid[p] = true;
-            for (b, v) in px.iter().enumerate() {
-                values[b * n + p] = *v;
-            }
-        }
-    };
+    // The last one-value region found (one band's mode): areas inside it take its value.
+    let mut region: Option<Region> = None;
+    let mut by_region = 0;
+    // Band 0 row by row; the other bands (average only) pixel by pixel.
+    let (first, rest) = values.split_at_mut(n.min(values.len()));
     for i in 0..h {
-        let mut j = 0;
-        while j < w {
-            let k = ROW_BLOCK.min(w - j);
+        // Pixel j's corners: (j, i) on the top row and (j + 1, i + 1) on the bottom one.
+        let (top, bottom) = (i * (w + 1)..(i + 1) * (w + 1), (i + 1) * (w + 1) + 1..(i + 2) * (w + 1));
+        let corners = mapped.xs[top.clone()]
+            .iter()
+            .zip(&mapped.ys[top])
+            .zip(mapped.xs[bottom.clone()].iter().zip(&mapped.ys[bottom]));
+        let out = first[i * w..(i + 1) * w].iter_mut().zip(&mut valid[i * w..(i + 1) * w]);
+        for (j, (((&x1, &y1), (&x2, &y2)), (value, ok))) in corners.zip(out).enumerate() {
+            let (x1, y1, x2, y2) = (x1 - ox, y1 - oy, x2 - ox, y2 - oy);
+            if let Some(g) = region
+                && g.holds(ordered(x1, x2), ordered(y1, y2))
+            {
+                *value = g.value;
+                *ok = true;
+                by_region += 1;
+                continue;
+            }
+            if !(x1.is_finite() && y1.is_finite() && x2.is_finite() && y2.is_finite()) {
+                continue;
+            }
+            let Some(area) = kernel::area(src, (x1, y1), (x2, y2), margins) else {
+                continue;
+            };
             if let Some(r) = runs.as_deref() {
-                let (top, bottom) = (i * (w + 1) + j, (i + 1) * (w + 1) + j);
-                let (t, b) = (top..top + k + 1, bottom..bottom + k + 1);
-                let (top_xy, bottom_xy) = ((&cx[t.clone()], &cy[t]), (&cx[b.clone()], &cy[b]));
-                if let Some(v) = uniform_row_run(src, r, top_xy, bottom_xy, (ox, oy), margins) {
-                    values[i * w + j..i * w + j + k].fill(v);
-                    valid[i * w + j..i * w + j + k].fill(true);
-                    j += k;
+                let rows = (area.iy0, area.iy1);
+                if let Some(v) = uniform_box(src, r, (area.ix0, area.ix1), rows) {
+                    region = Some(Region::grown(src, r, v, area.ix0, rows));
+                    *value = v;
+                    *ok = true;
                     continue;
                 }
             }
-            for jj in j..j + k {
-                one(i * w + jj, i * (w + 1) + jj, (i + 1) * (w + 1) + jj + 1, values, valid);
+            let decided = match resampling {
+                Resampling::Average => kernel::average(src, &area, &mut px),
+                _ => kernel::mode(src, &area, &mut px, &mut counts),
+            };
+            if decided {
+                *ok = true;
+                *value = px[0];
+                let p = i * w + j;
+                for (b, v) in px.iter().enumerate().skip(1) {
+                    rest[(b - 1) * n + p] = *v;
+                }
             }
-            j += k;
         }
     }
+    by_region
 }
 
 #[cfg(test)]
@@ -234,7 +230,7 @@ mod tests {
             let a = area(&s, (x, y), (x + dx, y + dy), (2.0, 2.0)).unwrap();
             let mut out = [0.0];
             let ok = mode(&s, &a, &mut out, &mut Vec::new());
-            if let Some(v) = uniform(&s, &runs, &a) {
+            if let Some(v) = uniform_box(&s, &runs, (a.ix0, a.ix1), (a.iy0, a.iy1)) {
                 hits += 1;
                 assert!(ok && same(out[0], v), "{v} {out:?}");
                 for iy in a.iy0..a.iy1 {
@@ -245,6 +241,31 @@ mod tests {
             }
         }
         assert!(hits > 300, "{hits}");
+    }
+
+    #[test]
+    fn runs_count_equal_valid_pixels_rightward() {
+        let mut seed = 3u64;
+        for _ in 0..200 {
+            let (w, h) = (1 + below(&mut seed, 30) as usize, 1 + below(&mut seed, 6) as usize);
+            let block = 1 + below(&mut seed, 6) as usize;
+            let (values, valid) = class_map(&mut seed, w, h, block);
+            let s = src(w, h, &values, &valid);
+            let r = runs(&s);
+            for y in 0..h {
+                for x in 0..w {
+                    let p = y * w + x;
+                    // A valid NaN is a run of one: no other value equals it.
+                    let want = match values[p].is_nan() {
+                        true => usize::from(valid[p]),
+                        false => (x..w)
+                            .take_while(|&k| valid[y * w + k] && values[y * w + k] == values[p])
+                            .count(),
+                    };
+                    assert_eq!(r[p] as usize, want, "{x},{y} of {w}x{h}");
+                }
+            }
+        }
     }
 
     /// Every pixel's own mode, one pixel at a time: what the row runs must reproduce.
@@ -275,9 +296,9 @@ mod tests {
     }
 
     #[test]
-    fn row_runs_decide_as_each_pixel_alone() {
+    fn regions_decide_as_each_pixel_alone() {
         let mut seed = 11u64;
-        let mut blocks = 0;
+        let mut regions = 0;
         for round in 0..400 {
             let (sw, sh) = (20 + below(&mut seed, 30) as usize, 12 + below(&mut seed, 20) as usize);
             let block = 1 + below(&mut seed, 9) as usize;
@@ -321,7 +342,7 @@ mod tests {
                 y_scale: 1.0 / scale,
             };
             let (mut got, mut got_valid) = (vec![0.0; w * h], vec![false; w * h]);
-            warp_areal(&mapped, &window, &s, Resampling::Mode, &mut got, &mut got_valid);
+            regions += warp_areal(&mapped, &window, &s, Resampling::Mode, &mut got, &mut got_valid);
             let (want, want_valid) = mode_per_pixel(&mapped, &window, &s);
             for p in 0..w * h {
                 assert_eq!(
@@ -337,22 +358,8 @@ mod tests {
                     want[p]
                 );
             }
-            let r = runs(&s);
-            for i in 0..h {
-                let k = ROW_BLOCK.min(w);
-                let (t, b) = (i * (w + 1), (i + 1) * (w + 1));
-                let sl = |v: &[f64], a: usize| v[a..=a + k].to_vec();
-                let (tx, ty, bx, by) = (
-                    sl(&mapped.xs, t),
-                    sl(&mapped.ys, t),
-                    sl(&mapped.xs, b),
-                    sl(&mapped.ys, b),
-                );
-                blocks +=
-                    usize::from(uniform_row_run(&s, &r, (&tx, &ty), (&bx, &by), (0.0, 0.0), (2.0, 2.0)).is_some());
-            }
         }
-        // The row runs were taken, not only the pixel-by-pixel path.
-        assert!(blocks > 40, "{blocks}");
+        // Regions decided pixels, not only the pixel-by-pixel path.
+        assert!(regions > 2000, "{regions}");
     }
 }

@@ -86,13 +86,15 @@ impl PixelMapper<'_> {
     }
 
     fn grid(&self, offset: f64, w: usize, h: usize) -> (Vec<f64>, Vec<f64>) {
-        let mut xs = Vec::with_capacity(w * h);
-        let mut ys = Vec::with_capacity(w * h);
-        for i in 0..h {
-            for j in 0..w {
-                xs.push(j as f64 + offset);
-                ys.push(i as f64 + offset);
+        let (mut xs, mut ys) = (vec![0.0; w * h], vec![0.0; w * h]);
+        if w == 0 || h == 0 {
+            return (xs, ys);
+        }
+        for (i, (row_x, row_y)) in xs.chunks_exact_mut(w).zip(ys.chunks_exact_mut(w)).enumerate() {
+            for (j, x) in row_x.iter_mut().enumerate() {
+                *x = j as f64 + offset;
             }
+            row_y.fill(i as f64 + offset);
         }
         if self.transformer.is_identity() || w < 8 {
             // Affine end to end (or too short a row to gain anything): exact.
@@ -154,13 +156,20 @@ impl PixelMapper<'_> {
             })
         };
         if finite && fits(q1) && fits(q3) {
+            // The three rows copied out, so that each row between is one loop over four
+            // slices (vectorised), with the arithmetic of `fits`.
+            let row = |v: &[f64], r: usize| v[r * w..(r + 1) * w].to_vec();
+            let (xa, xm, xb) = (row(xs, a), row(xs, m), row(xs, b));
+            let (ya, ym, yb) = (row(ys, a), row(ys, m), row(ys, b));
             for k in (a + 1..b).filter(|&k| k != q1 && k != m && k != q3) {
                 let [la, lm, lb] = weights(k);
-                for j in 0..w {
-                    let (pa, pm, pb) = (a * w + j, m * w + j, b * w + j);
-                    xs[k * w + j] = xs[pa] * la + xs[pm] * lm + xs[pb] * lb;
-                    ys[k * w + j] = ys[pa] * la + ys[pm] * lm + ys[pb] * lb;
-                }
+                let put = |out: &mut [f64], pa: &[f64], pm: &[f64], pb: &[f64]| {
+                    for (((o, &va), &vm), &vb) in out.iter_mut().zip(pa).zip(pm).zip(pb) {
+                        *o = va * la + vm * lm + vb * lb;
+                    }
+                };
+                put(&mut xs[k * w..(k + 1) * w], &xa, &xm, &xb);
+                put(&mut ys[k * w..(k + 1) * w], &ya, &ym, &yb);
             }
             return;
         }
