@@ -114,17 +114,16 @@ fn ordered(a: f64, b: f64) -> (f64, f64) {
     if a <= b { (a, b) } else { (b, a) }
 }
 
-/// Average or mode of every destination pixel of `mapped` (corners) over `src`, into
-/// `values` (one band plane after another) and `valid`. Returns how many pixels a region
-/// decided (what tests check the shortcut with).
+/// Average or mode of every destination pixel of `mapped` (corners) over `src`: values
+/// (one band plane after another) and validity, each buffer written once (no zeroing
+/// first: a label's are the largest of a sample). Also how many pixels a region decided
+/// (what tests check the shortcut with).
 pub(super) fn warp_areal(
     mapped: &MappedPoints,
     window: &SourceWindow,
     src: &Source<'_>,
     resampling: Resampling,
-    values: &mut [f64],
-    valid: &mut [bool],
-) -> usize {
+) -> (Vec<f64>, Vec<bool>, usize) {
     let (w, h) = (mapped.width, mapped.height);
     let n = w * h;
     let (ox, oy) = (window.col as f64, window.row as f64);
@@ -138,8 +137,40 @@ pub(super) fn warp_areal(
     // The last one-value region found (one band's mode): areas inside it take its value.
     let mut region: Option<Region> = None;
     let mut by_region = 0;
-    // Band 0 row by row; the other bands (average only) pixel by pixel.
-    let (first, rest) = values.split_at_mut(n.min(values.len()));
+    // Band 0 and validity pixel after pixel; the other bands (average only) beside.
+    let (mut values, mut valid) = (Vec::with_capacity(src.bands * n), Vec::with_capacity(n));
+    let mut rest = vec![0.0; src.bands.saturating_sub(1) * n];
+    let mut pixel = |p: usize, (x1, y1): (f64, f64), (x2, y2): (f64, f64)| -> Option<f64> {
+        let (x1, y1, x2, y2) = (x1 - ox, y1 - oy, x2 - ox, y2 - oy);
+        if let Some(g) = region
+            && g.holds(ordered(x1, x2), ordered(y1, y2))
+        {
+            by_region += 1;
+            return Some(g.value);
+        }
+        if !(x1.is_finite() && y1.is_finite() && x2.is_finite() && y2.is_finite()) {
+            return None;
+        }
+        let area = kernel::area(src, (x1, y1), (x2, y2), margins)?;
+        if let Some(r) = runs.as_deref() {
+            let rows = (area.iy0, area.iy1);
+            if let Some(v) = uniform_box(src, r, (area.ix0, area.ix1), rows) {
+                region = Some(Region::grown(src, r, v, area.ix0, rows));
+                return Some(v);
+            }
+        }
+        let decided = match resampling {
+            Resampling::Average => kernel::average(src, &area, &mut px),
+            _ => kernel::mode(src, &area, &mut px, &mut counts),
+        };
+        if !decided {
+            return None;
+        }
+        for (b, v) in px.iter().enumerate().skip(1) {
+            rest[(b - 1) * n + p] = *v;
+        }
+        Some(px[0])
+    };
     for i in 0..h {
         // Pixel j's corners: (j, i) on the top row and (j + 1, i + 1) on the bottom one.
         let (top, bottom) = (i * (w + 1)..(i + 1) * (w + 1), (i + 1) * (w + 1) + 1..(i + 2) * (w + 1));
@@ -147,47 +178,14 @@ pub(super) fn warp_areal(
             .iter()
             .zip(&mapped.ys[top])
             .zip(mapped.xs[bottom.clone()].iter().zip(&mapped.ys[bottom]));
-        let out = first[i * w..(i + 1) * w].iter_mut().zip(&mut valid[i * w..(i + 1) * w]);
-        for (j, (((&x1, &y1), (&x2, &y2)), (value, ok))) in corners.zip(out).enumerate() {
-            let (x1, y1, x2, y2) = (x1 - ox, y1 - oy, x2 - ox, y2 - oy);
-            if let Some(g) = region
-                && g.holds(ordered(x1, x2), ordered(y1, y2))
-            {
-                *value = g.value;
-                *ok = true;
-                by_region += 1;
-                continue;
-            }
-            if !(x1.is_finite() && y1.is_finite() && x2.is_finite() && y2.is_finite()) {
-                continue;
-            }
-            let Some(area) = kernel::area(src, (x1, y1), (x2, y2), margins) else {
-                continue;
-            };
-            if let Some(r) = runs.as_deref() {
-                let rows = (area.iy0, area.iy1);
-                if let Some(v) = uniform_box(src, r, (area.ix0, area.ix1), rows) {
-                    region = Some(Region::grown(src, r, v, area.ix0, rows));
-                    *value = v;
-                    *ok = true;
-                    continue;
-                }
-            }
-            let decided = match resampling {
-                Resampling::Average => kernel::average(src, &area, &mut px),
-                _ => kernel::mode(src, &area, &mut px, &mut counts),
-            };
-            if decided {
-                *ok = true;
-                *value = px[0];
-                let p = i * w + j;
-                for (b, v) in px.iter().enumerate().skip(1) {
-                    rest[(b - 1) * n + p] = *v;
-                }
-            }
+        for (j, ((&x1, &y1), (&x2, &y2))) in corners.enumerate() {
+            let v = pixel(i * w + j, (x1, y1), (x2, y2));
+            valid.push(v.is_some());
+            values.push(v.unwrap_or(0.0));
         }
     }
-    by_region
+    values.extend_from_slice(&rest);
+    (values, valid, by_region)
 }
 
 #[cfg(test)]
@@ -341,8 +339,8 @@ mod tests {
                 x_scale: 1.0 / scale,
                 y_scale: 1.0 / scale,
             };
-            let (mut got, mut got_valid) = (vec![0.0; w * h], vec![false; w * h]);
-            regions += warp_areal(&mapped, &window, &s, Resampling::Mode, &mut got, &mut got_valid);
+            let (got, got_valid, by_region) = warp_areal(&mapped, &window, &s, Resampling::Mode);
+            regions += by_region;
             let (want, want_valid) = mode_per_pixel(&mapped, &window, &s);
             for p in 0..w * h {
                 assert_eq!(

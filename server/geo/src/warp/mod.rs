@@ -139,6 +139,10 @@ pub fn warp_mapped(mapped: &MappedPoints, window: &SourceWindow, src: &Source<'_
     let (w, h) = (mapped.width, mapped.height);
     let n = w * h;
     let bands = src.bands;
+    if resampling.is_areal() && (resampling == Resampling::Mode || mapped.axes.is_none()) {
+        let (values, valid, _) = areal::warp_areal(mapped, window, src, resampling);
+        return Warped { bands, values, valid };
+    }
     let mut values = vec![0.0; bands * n];
     let mut valid = vec![false; n];
     let mut px = vec![0.0; bands];
@@ -150,26 +154,23 @@ pub fn warp_mapped(mapped: &MappedPoints, window: &SourceWindow, src: &Source<'_
         }
     };
     let (cx, cy) = (&mapped.xs, &mapped.ys);
-    if resampling.is_areal() {
+    if resampling.is_areal()
+        && let Some((xs, ys)) = &mapped.axes
+    {
+        // Average (mode went to `warp_areal` above), same CRS, north-up on both sides:
+        // spans and weights once per column and row.
         let margin = |s: f64| 2.0 * (1.0f64).max((1.0 / s).ceil());
         let margins = (margin(window.x_scale), margin(window.y_scale));
-        if resampling == Resampling::Average
-            && let Some((xs, ys)) = &mapped.axes
-        {
-            // Same CRS, north-up on both sides: spans and weights once per column and row.
-            let shift = |edges: &[f64], o: f64| edges.iter().map(|v| v - o).collect::<Vec<_>>();
-            let cols = axes::AxisSpans::new(&shift(xs, ox), src.width, margins.0);
-            let rows = axes::AxisSpans::new(&shift(ys, oy), src.height, margins.1);
-            for i in 0..h {
-                for j in 0..w {
-                    if axes::average(src, &cols, &rows, j, i, &mut px) {
-                        put(i * w + j, &px, &mut values, &mut valid);
-                    }
+        let shift = |edges: &[f64], o: f64| edges.iter().map(|v| v - o).collect::<Vec<_>>();
+        let cols = axes::AxisSpans::new(&shift(xs, ox), src.width, margins.0);
+        let rows = axes::AxisSpans::new(&shift(ys, oy), src.height, margins.1);
+        for i in 0..h {
+            for j in 0..w {
+                if axes::average(src, &cols, &rows, j, i, &mut px) {
+                    put(i * w + j, &px, &mut values, &mut valid);
                 }
             }
-            return Warped { bands, values, valid };
         }
-        areal::warp_areal(mapped, window, src, resampling, &mut values, &mut valid);
         return Warped { bands, values, valid };
     }
     let tiny = src.width == 1 || src.height == 1;
@@ -257,27 +258,33 @@ pub struct Mosaic {
 }
 
 impl Mosaic {
-    /// An empty mosaic (nothing filled).
+    /// An empty mosaic (nothing filled). Its buffers come with the first source: the first
+    /// one usually becomes them ([`Self::add_owned`]), and a mosaic no source fills converts
+    /// to nodata without them.
     pub fn new(bands: usize, width: usize, height: usize) -> Self {
         Self {
             bands,
             width,
             height,
-            values: vec![0.0; bands * width * height],
-            filled: vec![false; width * height],
+            values: Vec::new(),
+            filled: Vec::new(),
             filled_count: 0,
         }
     }
 
     /// Whether every pixel is filled: later sources in priority order cannot change it.
     pub fn is_full(&self) -> bool {
-        self.filled_count == self.filled.len()
+        self.filled_count == self.width * self.height
     }
 
     /// Adds the next source in priority order: it fills only pixels no earlier one did.
     pub fn add(&mut self, w: &Warped) {
         let n = self.width * self.height;
         debug_assert_eq!(w.valid.len(), n);
+        if self.filled.len() != n {
+            self.values = vec![0.0; self.bands * n];
+            self.filled = vec![false; n];
+        }
         for p in 0..n {
             if w.valid[p] && !self.filled[p] {
                 self.filled[p] = true;
@@ -293,8 +300,7 @@ impl Mosaic {
     /// without a copy.
     pub fn add_owned(&mut self, w: Warped) {
         let n = self.width * self.height;
-        if self.filled_count == 0 && w.bands == self.bands && w.valid.len() == n && w.values.len() == self.values.len()
-        {
+        if self.filled_count == 0 && w.bands == self.bands && w.valid.len() == n && w.values.len() == self.bands * n {
             self.filled_count = w.valid.iter().filter(|&&v| v).count();
             self.values = w.values;
             self.filled = w.valid;
@@ -307,7 +313,7 @@ impl Mosaic {
     /// round half up and saturate; `avoid_nodata` moves a computed value that equals
     /// `nodata` one step away, as GDAL's kernels do for integer outputs.
     pub fn to_bytes(&self, dtype: DType, nodata: f64, avoid_nodata: bool) -> Vec<u8> {
-        let mut out = vec![0u8; self.values.len() * dtype.size()];
+        let mut out = vec![0u8; self.bands * self.width * self.height * dtype.size()];
         self.to_bytes_into(dtype, nodata, avoid_nodata, &mut out);
         out
     }
@@ -316,12 +322,20 @@ impl Mosaic {
     /// untouched, where it does not hold exactly the mosaic's samples.
     pub fn to_bytes_into(&self, dtype: DType, nodata: f64, avoid_nodata: bool, mut out: &mut [u8]) -> bool {
         let n = self.width * self.height;
-        if out.len() != self.values.len() * dtype.size() {
+        if out.len() != self.bands * n * dtype.size() {
             return false;
         }
         if n == 0 {
             return true;
         }
+        // Nothing added: every sample is the nodata one (converted as a filled-less pixel).
+        let (none, empty);
+        let (values, filled): (&[f64], &[bool]) = if self.filled.len() == n {
+            (&self.values, &self.filled)
+        } else {
+            (none, empty) = (vec![false; n], vec![0.0; self.bands * n]);
+            (&empty, &none)
+        };
         macro_rules! int {
             ($t:ty) => {{
                 let (lo, hi) = (<$t>::MIN as f64, <$t>::MAX as f64);
@@ -356,8 +370,8 @@ impl Mosaic {
                     ($cast:expr) => {
                         typed::<$t>(&mut out, |samples| {
                             for (b, dst) in samples.chunks_exact_mut(n).enumerate() {
-                                let plane = &self.values[b * n..(b + 1) * n];
-                                for ((v, &filled), d) in plane.iter().zip(&self.filled).zip(dst) {
+                                let plane = &values[b * n..(b + 1) * n];
+                                for ((v, &filled), d) in plane.iter().zip(filled).zip(dst) {
                                     let x = $cast(*v);
                                     let x = if avoid && x == nd { step(x) } else { x };
                                     *d = (if filled { x } else { fill }).to_le();
@@ -379,8 +393,8 @@ impl Mosaic {
                 let step = if $complex { 2 } else { 1 };
                 typed::<$u>(&mut out, |samples| {
                     for (b, dst) in samples.chunks_exact_mut(n * step).enumerate() {
-                        let plane = &self.values[b * n..(b + 1) * n];
-                        for ((v, &filled), d) in plane.iter().zip(&self.filled).zip(dst.chunks_exact_mut(step)) {
+                        let plane = &values[b * n..(b + 1) * n];
+                        for ((v, &filled), d) in plane.iter().zip(filled).zip(dst.chunks_exact_mut(step)) {
                             let x = if filled { *v } else { nodata };
                             d[0] = (x as $t).to_bits().to_le();
                         }
@@ -759,6 +773,36 @@ mod tests {
         assert_eq!(b.len(), 2 * 3 * 8);
         assert_eq!(f32::from_le_bytes([b[8], b[9], b[10], b[11]]), 8.0);
         assert_eq!(f32::from_le_bytes([b[12], b[13], b[14], b[15]]), 0.0);
+    }
+
+    #[test]
+    fn a_mosaic_no_source_fills_is_nodata_in_every_type() {
+        let m = Mosaic::new(2, 3, 2);
+        assert!(!m.is_full());
+        assert_eq!(m.to_bytes(DType::U8, 7.0, true), vec![7; 12]);
+        assert_eq!(
+            m.to_bytes(DType::I16, -2.0, false),
+            [(-2i16).to_le_bytes(); 12].concat()
+        );
+        let b = m.to_bytes(DType::C64, f64::NAN, false);
+        for c in b.chunks_exact(8) {
+            assert!(f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_nan());
+            assert_eq!(f32::from_le_bytes([c[4], c[5], c[6], c[7]]), 0.0);
+        }
+        // Too short a slice is refused and left untouched, as for a filled mosaic.
+        let mut out = [9u8; 11];
+        assert!(!m.to_bytes_into(DType::U8, 0.0, false, &mut out));
+        assert_eq!(out, [9; 11]);
+        // A source that misses every pixel: still nodata, and the mosaic not full.
+        let mut m = Mosaic::new(1, 2, 1);
+        m.add_owned(Warped {
+            bands: 1,
+            values: vec![0.0; 2],
+            valid: vec![false; 2],
+        });
+        assert!(!m.is_full());
+        assert_eq!(m.to_bytes(DType::U16, 5.0, false), [5u16.to_le_bytes(); 2].concat());
+        assert!(Mosaic::new(1, 0, 4).is_full());
     }
 
     #[test]

@@ -86,15 +86,11 @@ impl PixelMapper<'_> {
     }
 
     fn grid(&self, offset: f64, w: usize, h: usize) -> (Vec<f64>, Vec<f64>) {
-        let (mut xs, mut ys) = (vec![0.0; w * h], vec![0.0; w * h]);
-        if w == 0 || h == 0 {
-            return (xs, ys);
-        }
-        for (i, (row_x, row_y)) in xs.chunks_exact_mut(w).zip(ys.chunks_exact_mut(w)).enumerate() {
-            for (j, x) in row_x.iter_mut().enumerate() {
-                *x = j as f64 + offset;
-            }
-            row_y.fill(i as f64 + offset);
+        // Written once, not zeroed first: these are the largest buffers of a label's warp.
+        let (mut xs, mut ys) = (Vec::with_capacity(w * h), Vec::with_capacity(w * h));
+        for i in 0..h {
+            xs.extend((0..w).map(|j| j as f64 + offset));
+            ys.extend(std::iter::repeat_n(i as f64 + offset, w));
         }
         if self.transformer.is_identity() || w < 8 {
             // Affine end to end (or too short a row to gain anything): exact.
