@@ -143,10 +143,70 @@ pub fn warp_mapped(mapped: &MappedPoints, window: &SourceWindow, src: &Source<'_
         let (values, valid, _) = areal::warp_areal(mapped, window, src, resampling);
         return Warped { bands, values, valid };
     }
+    let tiny = src.width == 1 || src.height == 1;
+    let four = window.x_scale >= 0.95 && window.y_scale >= 0.95;
+    let (ox, oy) = (window.col as f64, window.row as f64);
+    if resampling == Resampling::Bilinear
+        && four
+        && !tiny
+        && let Some((xs, ys)) = &mapped.axes
+    {
+        // Same CRS, north-up on both sides: centre pixels, neighbours and weights once per
+        // column and row. Band 0 and validity written once, pixel after pixel (no zeroed
+        // buffers: a Sentinel-2 sample makes ~100 of these warps); other bands beside.
+        let cols = axes::bilinear_axis(xs, ox, src.width);
+        let rows = axes::bilinear_axis(ys, oy, src.height);
+        let sw = src.width;
+        let (mut values, mut valid) = (Vec::with_capacity(bands * n), Vec::with_capacity(n));
+        let mut rest = vec![0.0; bands.saturating_sub(1) * n];
+        let mut px = vec![0.0; bands];
+        // Where both neighbours of an axis point lie in the window.
+        let inner = |i: isize, size: usize| i >= 0 && (i as usize) + 1 < size;
+        for (i, row) in rows.iter().enumerate() {
+            let Some((iy, by)) = *row else {
+                values.extend(std::iter::repeat_n(0.0, w));
+                valid.extend(std::iter::repeat_n(false, w));
+                continue;
+            };
+            let inner_y = inner(by.0, src.height);
+            for (j, col) in cols.iter().enumerate() {
+                let value = (|| {
+                    let (ix, bx) = (*col)?;
+                    if !src.valid[iy * sw + ix] {
+                        return None;
+                    }
+                    if bands == 1 && inner_y && inner(bx.0, sw) {
+                        // One band, four valid neighbours: `bilinear_at`'s sums, in its
+                        // order, without gathering the live taps.
+                        let p = by.0 as usize * sw + bx.0 as usize;
+                        let q = p + sw;
+                        if src.valid[p] & src.valid[p + 1] & src.valid[q] & src.valid[q + 1] {
+                            let ((rx, ry), v) = ((bx.1, by.1), src.values);
+                            let (w00, w10, w01, w11) =
+                                (rx * ry, (1.0 - rx) * ry, rx * (1.0 - ry), (1.0 - rx) * (1.0 - ry));
+                            let div = 0.0 + w00 + w10 + w01 + w11;
+                            let acc = 0.0 + w00 * v[p] + w10 * v[p + 1] + w01 * v[q] + w11 * v[q + 1];
+                            return Some(if div == 1.0 { acc } else { acc / div });
+                        }
+                    }
+                    if !kernel::bilinear_at(src, bx, by, &mut px) {
+                        return None;
+                    }
+                    for (b, v) in px.iter().enumerate().skip(1) {
+                        rest[(b - 1) * n + i * w + j] = *v;
+                    }
+                    Some(px[0])
+                })();
+                valid.push(value.is_some());
+                values.push(value.unwrap_or(0.0));
+            }
+        }
+        values.extend_from_slice(&rest);
+        return Warped { bands, values, valid };
+    }
     let mut values = vec![0.0; bands * n];
     let mut valid = vec![false; n];
     let mut px = vec![0.0; bands];
-    let (ox, oy) = (window.col as f64, window.row as f64);
     let put = |p: usize, px: &[f64], values: &mut Vec<f64>, valid: &mut Vec<bool>| {
         valid[p] = true;
         for (b, v) in px.iter().enumerate() {
@@ -167,50 +227,6 @@ pub fn warp_mapped(mapped: &MappedPoints, window: &SourceWindow, src: &Source<'_
         for i in 0..h {
             for j in 0..w {
                 if axes::average(src, &cols, &rows, j, i, &mut px) {
-                    put(i * w + j, &px, &mut values, &mut valid);
-                }
-            }
-        }
-        return Warped { bands, values, valid };
-    }
-    let tiny = src.width == 1 || src.height == 1;
-    let four = window.x_scale >= 0.95 && window.y_scale >= 0.95;
-    if resampling == Resampling::Bilinear
-        && four
-        && !tiny
-        && let Some((xs, ys)) = &mapped.axes
-    {
-        // Same CRS, north-up on both sides: centre pixels, neighbours and weights once per
-        // column and row.
-        let cols = axes::bilinear_axis(xs, ox, src.width);
-        let rows = axes::bilinear_axis(ys, oy, src.height);
-        let sw = src.width;
-        // Where both neighbours of an axis point lie in the window.
-        let inner = |i: isize, size: usize| i >= 0 && (i as usize) + 1 < size;
-        for (i, row) in rows.iter().enumerate() {
-            let Some((iy, by)) = *row else { continue };
-            let inner_y = inner(by.0, src.height);
-            for (j, col) in cols.iter().enumerate() {
-                let Some((ix, bx)) = *col else { continue };
-                if !src.valid[iy * sw + ix] {
-                    continue;
-                }
-                if bands == 1 && inner_y && inner(bx.0, sw) {
-                    // One band, four valid neighbours: `bilinear_at`'s sums, in its order,
-                    // without gathering the live taps.
-                    let p = by.0 as usize * sw + bx.0 as usize;
-                    let q = p + sw;
-                    if src.valid[p] & src.valid[p + 1] & src.valid[q] & src.valid[q + 1] {
-                        let ((rx, ry), v) = ((bx.1, by.1), src.values);
-                        let (w00, w10, w01, w11) = (rx * ry, (1.0 - rx) * ry, rx * (1.0 - ry), (1.0 - rx) * (1.0 - ry));
-                        let div = 0.0 + w00 + w10 + w01 + w11;
-                        let acc = 0.0 + w00 * v[p] + w10 * v[p + 1] + w01 * v[q] + w11 * v[q + 1];
-                        values[i * w + j] = if div == 1.0 { acc } else { acc / div };
-                        valid[i * w + j] = true;
-                        continue;
-                    }
-                }
-                if kernel::bilinear_at(src, bx, by, &mut px) {
                     put(i * w + j, &px, &mut values, &mut valid);
                 }
             }

@@ -532,10 +532,18 @@ impl MapSpace {
             }
         }
         let peer_objects = peer_objects::PeerObjects::new(&items, &layers);
+        let mut asset_keys = std::collections::HashMap::new();
+        for key in layers.iter().flat_map(|l| &l.assets) {
+            // Past 65,536 distinct keys (no real dataset) the rest go uncached.
+            if let (false, Ok(next)) = (asset_keys.contains_key(key.as_str()), u16::try_from(asset_keys.len())) {
+                asset_keys.insert(Box::<str>::from(key.as_str()), next);
+            }
+        }
         let mut map = Self {
             layers,
             index: cogfeed_stac::BboxIndex::new(&bboxes, 1.0),
             sources: moka::future::Cache::new(SOURCE_CACHE_ENTRIES),
+            asset_keys,
             peer_objects,
             items,
             bboxes,

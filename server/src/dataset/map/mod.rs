@@ -179,8 +179,12 @@ pub struct MapSpace {
     index: cogfeed_stac::BboxIndex,
     /// The asset hrefs a peer may ask for (a fleet's shared tiles).
     peer_objects: peer_objects::PeerObjects,
-    /// Opened and checked assets by (Item, asset key).
-    sources: moka::future::Cache<(u32, Arc<str>), AssetSource>,
+    /// Opened and checked assets by (Item, asset key's index in `asset_keys`): shared, so a
+    /// sample's ~180 look-ups clone a pointer, not a source.
+    sources: moka::future::Cache<(u32, u16), Arc<AssetSource>>,
+    /// Every asset key the layers read, numbered (the `sources` cache's key, found without
+    /// an allocation).
+    asset_keys: std::collections::HashMap<Box<str>, u16>,
     /// Scene index (plan) → Item index.
     pub drawn: Vec<usize>,
     /// Scene index → reference grid.
@@ -369,16 +373,21 @@ impl MapSpace {
             .collect()
     }
 
-    async fn source(&self, index: usize, key: &str) -> Result<AssetSource> {
-        let cache_key = (index as u32, Arc::<str>::from(key));
-        if let Some(s) = self.sources.get(&cache_key).await {
+    async fn source(&self, index: usize, key: &str) -> Result<Arc<AssetSource>> {
+        let cache_key = self.asset_keys.get(key).map(|&k| (index as u32, k));
+        if let Some(k) = &cache_key
+            && let Some(s) = self.sources.get(k).await
+        {
             return Ok(s);
         }
         let item = &self.items[index];
         let asset = item.asset(key)?;
         let object = open(&self.stores, &self.headers, &asset.href, &self.options).await?;
-        let source = AssetSource::new(&item.id, asset, object)?;
-        self.sources.insert(cache_key, source.clone()).await;
+        let source = Arc::new(AssetSource::new(&item.id, asset, object)?);
+        // A key no layer names (none today) is opened each time, through the header cache.
+        if let Some(k) = cache_key {
+            self.sources.insert(k, source.clone()).await;
+        }
         Ok(source)
     }
 

@@ -108,13 +108,13 @@ impl GridPlans {
     /// `src` planned for the footprint: its grid's plan, made on the first source of that grid.
     pub fn plan<'a>(&self, src: &'a AssetSource) -> Result<Planned<'a>> {
         let key = src.grid_key();
-        let known = self.by_grid.lock().ok().and_then(|m| m.get(&key).cloned());
+        let known = self.by_grid.lock().ok().and_then(|m| m.get(key).cloned());
         let plan = match known {
             Some(p) => p,
             None => {
                 let p = Arc::new(grid_plan(src, &self.footprint, self.resampling)?);
                 if let Ok(mut m) = self.by_grid.lock() {
-                    m.entry(key).or_insert_with(|| p.clone());
+                    m.entry(key.clone()).or_insert_with(|| p.clone());
                 }
                 p
             }

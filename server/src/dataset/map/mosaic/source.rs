@@ -35,6 +35,8 @@ pub struct AssetSource {
     pub dtype: DType,
     /// Source nodata per band (None: every value is data).
     pub nodata: Vec<Option<f64>>,
+    /// [`Self::grid_key`], computed once.
+    grid: GridKey,
 }
 
 impl AssetSource {
@@ -116,6 +118,17 @@ impl AssetSource {
         let nodata = (0..bands)
             .map(|b| asset.bands.get(b).and_then(|i| i.nodata).or(file_nodata))
             .collect();
+        let t = transform.to_stac();
+        let grid = GridKey {
+            crs: crs.code(),
+            transform: t.map(f64::to_bits),
+            levels: header
+                .levels
+                .iter()
+                .map(|l| (l.width, l.height))
+                .chain([(width, height)])
+                .collect(),
+        };
         Ok(Self {
             item: item.to_string(),
             asset: asset.key.clone(),
@@ -127,25 +140,13 @@ impl AssetSource {
             bands,
             dtype,
             nodata,
+            grid,
         })
     }
 
     /// What makes two sources one grid: CRS, transform, size and every level's size.
-    pub fn grid_key(&self) -> GridKey {
-        let t = self.transform.to_stac();
-        GridKey {
-            crs: self.crs.code(),
-            transform: t.map(f64::to_bits),
-            levels: self
-                .object
-                .cog
-                .header()
-                .levels
-                .iter()
-                .map(|l| (l.width, l.height))
-                .chain([(self.width, self.height)])
-                .collect(),
-        }
+    pub fn grid_key(&self) -> &GridKey {
+        &self.grid
     }
 
     /// Level `n`'s grid (0 = full resolution).
