@@ -50,7 +50,7 @@ pub fn runs(src: &Source<'_>) -> Vec<u32> {
 /// The value of the source pixels `ix0..ix1` × `iy0..iy1` where every one is valid and
 /// equal (a class map's usual case), read from its rows' [`runs`]: one look per row, not
 /// per pixel. None otherwise (or for an empty box).
-#[inline]
+#[cfg(test)]
 fn uniform_box(src: &Source<'_>, runs: &[u32], (ix0, ix1): (usize, usize), (iy0, iy1): (usize, usize)) -> Option<f64> {
     let cols = (ix1 - ix0) as u32;
     let first = iy0 * src.width + ix0;
@@ -67,27 +67,63 @@ fn uniform_box(src: &Source<'_>, runs: &[u32], (ix0, ix1): (usize, usize), (iy0,
     Some(v)
 }
 
-/// A box of source pixels known to be valid and to hold one value. Grown from a one-value
-/// box to the right as far as every one of its rows keeps the value (what [`runs`] says).
+/// Rows a [`Region`] holds at most: a destination pixel about as fine as its source
+/// covers two or three.
+const REGION_ROWS: usize = 4;
+
+/// A box of valid source pixels whose every row holds one value (a class map's block, or
+/// the rows on both sides of a boundary between two classes' blocks): columns
+/// `ends[0]..ends[1]` of rows `ends[2]..ends[3]`. Built from a pixel's area whose rows are
+/// each one value, stretched right as far as every one of its rows keeps its value (what
+/// [`runs`] says). The mode of any area inside it follows from its rows' values alone.
 #[derive(Debug, Clone, Copy)]
 struct Region {
-    value: f64,
     /// The box's ends as floats: first and end column, first and end row.
     ends: [f64; 4],
+    /// The first row, and each row's value.
+    first_row: usize,
+    row_values: [f64; REGION_ROWS],
+    /// The value where every row holds the same one.
+    one: Option<f64>,
 }
 
 impl Region {
-    /// The region of the one-value box `ix0..` × `iy0..iy1` (every pixel valid and equal to
-    /// `value`), stretched right along its rows' runs.
+    /// The region of the area `cols` × `rows` where each of its rows is valid and one value
+    /// over `cols` (None otherwise, or for an empty area), stretched right along its rows'
+    /// runs: one look per row.
     #[inline]
-    fn grown(src: &Source<'_>, runs: &[u32], value: f64, ix0: usize, (iy0, iy1): (usize, usize)) -> Self {
-        let mut reach = usize::MAX;
-        for iy in iy0..iy1 {
-            reach = reach.min(ix0 + runs[iy * src.width + ix0] as usize);
+    fn of_area(src: &Source<'_>, runs: &[u32], (ix0, ix1): (usize, usize), (iy0, iy1): (usize, usize)) -> Option<Self> {
+        let cols = (ix1 - ix0) as u32;
+        if cols == 0 || iy1 <= iy0 || iy1 - iy0 > REGION_ROWS {
+            return None;
         }
-        Self {
-            value,
+        let (mut reach, mut row_values) = (usize::MAX, [0.0; REGION_ROWS]);
+        for (k, iy) in (iy0..iy1).enumerate() {
+            let p = iy * src.width + ix0;
+            if runs[p] < cols {
+                return None;
+            }
+            reach = reach.min(ix0 + runs[p] as usize);
+            row_values[k] = src.values[p];
+        }
+        let v = row_values[0];
+        let one = row_values[1..iy1 - iy0].iter().all(|&u| u == v).then_some(v);
+        Some(Self {
             ends: [ix0 as f64, reach as f64, iy0 as f64, iy1 as f64],
+            first_row: iy0,
+            row_values,
+            one,
+        })
+    }
+
+    /// The mode of the area whose rows are `iy0..iy1` (inside the region): the value of the
+    /// most rows, ties to the first row's (every row adds as many pixels, and a value
+    /// reaches `k` rows' worth first where its `k`-th row comes first, rows top-down).
+    #[inline]
+    fn mode_of_rows(&self, (iy0, iy1): (usize, usize)) -> f64 {
+        match self.one {
+            Some(v) => v,
+            None => kernel::first_most_frequent(&self.row_values[iy0 - self.first_row..iy1 - self.first_row]),
         }
     }
 
@@ -142,11 +178,16 @@ pub(super) fn warp_areal(
     let mut rest = vec![0.0; src.bands.saturating_sub(1) * n];
     let mut pixel = |p: usize, (x1, y1): (f64, f64), (x2, y2): (f64, f64)| -> Option<f64> {
         let (x1, y1, x2, y2) = (x1 - ox, y1 - oy, x2 - ox, y2 - oy);
-        if let Some(g) = region
-            && g.holds(ordered(x1, x2), ordered(y1, y2))
-        {
-            by_region += 1;
-            return Some(g.value);
+        if let Some(g) = &region {
+            let y = ordered(y1, y2);
+            if g.holds(ordered(x1, x2), y) {
+                by_region += 1;
+                return Some(match g.one {
+                    Some(v) => v,
+                    // Inside the region the rows' span is plain floor/ceil (`holds`).
+                    None => g.mode_of_rows(kernel::span(y.0, y.1, src.height as f64)),
+                });
+            }
         }
         if !(x1.is_finite() && y1.is_finite() && x2.is_finite() && y2.is_finite()) {
             return None;
@@ -154,8 +195,9 @@ pub(super) fn warp_areal(
         let area = kernel::area(src, (x1, y1), (x2, y2), margins)?;
         if let Some(r) = runs.as_deref() {
             let rows = (area.iy0, area.iy1);
-            if let Some(v) = uniform_box(src, r, (area.ix0, area.ix1), rows) {
-                region = Some(Region::grown(src, r, v, area.ix0, rows));
+            if let Some(g) = Region::of_area(src, r, (area.ix0, area.ix1), rows) {
+                let v = g.mode_of_rows(rows);
+                region = Some(g);
                 return Some(v);
             }
         }

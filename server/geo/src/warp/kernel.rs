@@ -485,7 +485,7 @@ fn mode_small(src: &Source<'_>, a: &Area, out: &mut [f64]) -> bool {
 /// The value of `vals` (at least one) that first reaches the highest count, in order:
 /// each one's running count is how many of the values so far equal it.
 #[inline]
-fn first_most_frequent(vals: &[f64]) -> f64 {
+pub(crate) fn first_most_frequent(vals: &[f64]) -> f64 {
     let (mut best, mut best_n) = (vals[0], 1usize);
     for (i, &v) in vals.iter().enumerate().skip(1) {
         let n = 1 + vals[..i].iter().filter(|&&u| same(u, v)).count();
