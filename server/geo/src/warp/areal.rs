@@ -15,7 +15,7 @@ use super::{MappedPoints, Resampling};
 
 /// Per pixel of a one-band window: how many pixels from it rightward along its row are
 /// valid and hold its value (0 where it is invalid; a NaN is a run of its own). What
-/// [`uniform_box`] and [`Region::grown`] read.
+/// [`Region::of_area`] reads.
 pub fn runs(src: &Source<'_>) -> Vec<u32> {
     let mut runs = vec![0u32; src.width * src.height];
     let width = src.width.max(1);
@@ -45,26 +45,6 @@ pub fn runs(src: &Source<'_>) -> Vec<u32> {
         }
     }
     runs
-}
-
-/// The value of the source pixels `ix0..ix1` × `iy0..iy1` where every one is valid and
-/// equal (a class map's usual case), read from its rows' [`runs`]: one look per row, not
-/// per pixel. None otherwise (or for an empty box).
-#[cfg(test)]
-fn uniform_box(src: &Source<'_>, runs: &[u32], (ix0, ix1): (usize, usize), (iy0, iy1): (usize, usize)) -> Option<f64> {
-    let cols = (ix1 - ix0) as u32;
-    let first = iy0 * src.width + ix0;
-    if cols == 0 || iy1 <= iy0 || runs[first] < cols {
-        return None;
-    }
-    let v = src.values[first];
-    for iy in iy0 + 1..iy1 {
-        let p = iy * src.width + ix0;
-        if runs[p] < cols || src.values[p] != v {
-            return None;
-        }
-    }
-    Some(v)
 }
 
 /// Rows a [`Region`] holds at most: a destination pixel about as fine as its source
@@ -256,10 +236,10 @@ mod tests {
     }
 
     #[test]
-    fn uniform_areas_take_the_value_the_mode_gives() {
+    fn areas_of_a_region_take_the_value_the_mode_gives() {
         let mut seed = 5u64;
         let (w, h) = (11, 9);
-        let mut hits = 0;
+        let (mut hits, mut striped) = (0, 0);
         for _ in 0..3000 {
             let block = 1 + below(&mut seed, 4) as usize;
             let (values, valid) = class_map(&mut seed, w, h, block);
@@ -270,17 +250,23 @@ mod tests {
             let a = area(&s, (x, y), (x + dx, y + dy), (2.0, 2.0)).unwrap();
             let mut out = [0.0];
             let ok = mode(&s, &a, &mut out, &mut Vec::new());
-            if let Some(v) = uniform_box(&s, &runs, (a.ix0, a.ix1), (a.iy0, a.iy1)) {
+            if let Some(g) = Region::of_area(&s, &runs, (a.ix0, a.ix1), (a.iy0, a.iy1)) {
                 hits += 1;
+                striped += usize::from(g.one.is_none());
+                let v = g.mode_of_rows((a.iy0, a.iy1));
                 assert!(ok && same(out[0], v), "{v} {out:?}");
+                // Every pixel of the region is valid and holds its row's value.
+                let reach = g.ends[1] as usize;
                 for iy in a.iy0..a.iy1 {
-                    for ix in a.ix0..a.ix1 {
-                        assert!(valid[iy * w + ix] && same(values[iy * w + ix], v));
+                    for ix in a.ix0..reach {
+                        let row_value = g.row_values[iy - g.first_row];
+                        assert!(valid[iy * w + ix] && same(values[iy * w + ix], row_value));
                     }
                 }
             }
         }
-        assert!(hits > 300, "{hits}");
+        // Both one-value regions and regions whose rows differ were checked.
+        assert!(hits > 300 && striped > 30, "{hits} {striped}");
     }
 
     #[test]
