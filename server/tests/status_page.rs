@@ -358,6 +358,18 @@ async fn tokens_required_without_a_metrics_token_close_the_listener() {
     assert_eq!(get(d.http, "/healthz", None).await.status, 200);
 }
 
+/// Waits until the daemon serves: `serve` runs on a task of its own, and until it starts
+/// `/readyz` answers 503 "starting" (on two busy cores that can take a moment).
+async fn until_serving(http: SocketAddr) {
+    for _ in 0..200 {
+        if !get(http, "/readyz", None).await.body.starts_with(b"starting") {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the daemon did not start serving within 10 s");
+}
+
 /// One dataset whose STAC document is missing: the others serve, it is unready on
 /// `/readyz`, the page, `/metrics` and to gRPC, and it joins once the document appears.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -372,6 +384,7 @@ async fn a_dataset_that_fails_to_open_is_unready_and_the_others_serve() {
     })
     .await;
     let (doc, aside) = moved.lock().unwrap().take().unwrap();
+    until_serving(d.http).await;
     let ready = get(d.http, "/readyz", None).await;
     let body = String::from_utf8_lossy(&ready.body).into_owned();
     assert_eq!(ready.status, 200, "the daemon serves the others: {body}");
