@@ -7,25 +7,17 @@ use cogfeed_tiff::DType;
 
 /// Decodes native-order samples of `dtype` to f64 (complex: the real part).
 pub fn samples_to_f64(dtype: DType, bytes: &[u8]) -> Vec<f64> {
-    let mut out = Vec::new();
-    samples_to_f64_into(dtype, bytes, &mut out);
-    out
-}
-
-/// [`samples_to_f64`] appended to `out`.
-fn samples_to_f64_into(dtype: DType, bytes: &[u8], out: &mut Vec<f64>) {
     macro_rules! conv {
         ($t:ty) => {
-            out.extend(
-                bytes
-                    .chunks_exact(std::mem::size_of::<$t>())
-                    .map(|c| <$t>::from_ne_bytes(c.try_into().unwrap_or_default()) as f64),
-            )
+            bytes
+                .chunks_exact(std::mem::size_of::<$t>())
+                .map(|c| <$t>::from_ne_bytes(c.try_into().unwrap_or_default()) as f64)
+                .collect()
         };
     }
     match dtype {
-        DType::U8 => out.extend(bytes.iter().map(|&b| b as f64)),
-        DType::I8 => out.extend(bytes.iter().map(|&b| b as i8 as f64)),
+        DType::U8 => bytes.iter().map(|&b| b as f64).collect(),
+        DType::I8 => bytes.iter().map(|&b| b as i8 as f64).collect(),
         DType::U16 => conv!(u16),
         DType::I16 => conv!(i16),
         DType::U32 => conv!(u32),
@@ -34,16 +26,14 @@ fn samples_to_f64_into(dtype: DType, bytes: &[u8], out: &mut Vec<f64>) {
         DType::I64 => conv!(i64),
         DType::F32 => conv!(f32),
         DType::F64 => conv!(f64),
-        DType::C64 => out.extend(
-            bytes
-                .chunks_exact(8)
-                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]) as f64),
-        ),
-        DType::C128 => out.extend(
-            bytes
-                .chunks_exact(16)
-                .map(|c| f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])),
-        ),
+        DType::C64 => bytes
+            .chunks_exact(8)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
+        DType::C128 => bytes
+            .chunks_exact(16)
+            .map(|c| f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect(),
     }
 }
 
@@ -79,19 +69,10 @@ impl NodataTest {
 /// band): valid where any band is not nodata, GDAL's unified source mask. Loops a
 /// compiler can vectorise, one band at a time.
 pub fn validity(values: &[f64], n: usize, tests: &[NodataTest]) -> Vec<bool> {
-    let mut valid = Vec::new();
-    validity_into(values, n, tests, &mut valid);
-    valid
-}
-
-/// [`validity`] into `valid` (emptied first).
-fn validity_into(values: &[f64], n: usize, tests: &[NodataTest], valid: &mut Vec<bool>) {
-    valid.clear();
     if tests.contains(&NodataTest::None) {
-        valid.resize(n, true);
-        return;
+        return vec![true; n];
     }
-    valid.resize(n, false);
+    let mut valid = vec![false; n];
     for (plane, test) in values.chunks_exact(n.max(1)).zip(tests) {
         let v = plane.iter().zip(valid.iter_mut());
         match *test {
@@ -101,6 +82,7 @@ fn validity_into(values: &[f64], n: usize, tests: &[NodataTest], valid: &mut Vec
             NodataTest::None => {}
         }
     }
+    valid
 }
 
 /// Whether `v` is the nodata value `nodata` the way GDAL compares: integers against
