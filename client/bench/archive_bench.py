@@ -68,7 +68,7 @@ def decoded_bytes(items: Path) -> int:
 
 def stream(daemon, order, samples, max_batches=0, prefetch=0, visits=1):
     """Figures of one stream of the whole published sample."""
-    m0, _ = daemon.metrics()
+    m0, d0 = daemon.metrics()
     cpu0, own0, t0 = daemon.cpu(), time.process_time(), time.perf_counter()
     loader = cogfeed.Loader(daemon.address, "sample", sampler="random", patch_size=sb.PATCH,
                             batch_size=sb.BATCH, seed=sb.SEED, samples_per_epoch=samples,
@@ -77,17 +77,24 @@ def stream(daemon, order, samples, max_batches=0, prefetch=0, visits=1):
     n = sum(b.layers["s2"].shape[0] for b in loader)
     wall = time.perf_counter() - t0
     daemon_cpu, client_cpu = daemon.cpu() - cpu0, time.process_time() - own0
-    m1, _ = daemon.metrics()
+    m1, d1 = daemon.metrics()
 
     def delta(name):
         return m1.get(name, 0.0) - m0.get(name, 0.0)
+
+    def loaded(source):
+        key = ("cogfeed_tiles_loaded_total", f'{{source="{source}"}}')
+        return (d1.get(key, 0.0) - d0.get(key, 0.0)) / n
 
     return {"samples": n, "samples_s": n / wall, "cpu_ms": 1000 * (daemon_cpu + client_cpu) / n,
             "daemon_ms": 1000 * daemon_cpu / n, "client_ms": 1000 * client_cpu / n,
             "decodes": delta("cogfeed_cache_misses_total") / n, "decodes_total": delta("cogfeed_cache_misses_total"),
             "reads": delta("cogfeed_store_requests_total") / n,
             "mib_read": delta("cogfeed_store_bytes_total") / n / 2**20,
-            "planned_evictions": delta("cogfeed_cache_evictions_planned_total")}
+            "planned_evictions": delta("cogfeed_cache_evictions_planned_total"),
+            "prefetched": delta("cogfeed_prefetched_tiles_total") / n,
+            "from_prefetched": loaded("prefetched"), "from_compressed": loaded("compressed"),
+            "from_store": loaded("store")}
 
 
 def main() -> None:
@@ -104,6 +111,11 @@ def main() -> None:
     ap.add_argument("--delays", default="", help="also cold over HTTP (nginx, delay_proxy.py) at these one-way ms, e.g. 0,80")
     ap.add_argument("--prefetch", type=int, default=0, help="cold streams' look-ahead (0: the daemon's adaptive one)")
     ap.add_argument("--visits", type=int, default=1, help="`visits` of the local order (times each group is opened)")
+    ap.add_argument("--compressed-mib", type=int, default=None,
+                    help="`[cache] compressed_bytes` of the cold daemons in MiB (default: the daemon's, an eighth of the tile cache)")
+    ap.add_argument("--plan-prefetch-mib", type=int, default=None,
+                    help="`[cache] plan_prefetch_bytes` of the cold daemons in MiB (default: the daemon's)")
+    ap.add_argument("--only-http", action="store_true", help="with --delays: only the HTTP regimes (no cold runs on files)")
     ap.add_argument("--perf", type=Path, help="record a `perf` profile of the daemon in each cold stream of the first run")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
@@ -124,7 +136,10 @@ def main() -> None:
         print(f"run {run} {key:18} {r['samples']:5} samples {r['samples_s']:7.1f} samples/s "
               f"{r['cpu_ms']:7.2f} ms CPU/sample (daemon {r['daemon_ms']:.2f}, client {r['client_ms']:.2f}) "
               f"{r['decodes']:6.2f} decodes/sample {r['reads']:6.2f} reads/sample "
-              f"({r['decodes_total']:.0f} decodes, {r['planned_evictions']:.0f} planned evictions)", flush=True)
+              f"({r['decodes_total']:.0f} decodes, {r['planned_evictions']:.0f} planned evictions; per sample "
+              f"{r['prefetched']:.2f} prefetched; loaded from prefetched {r['from_prefetched']:.2f}, "
+              f"compressed {r['from_compressed']:.2f}, "
+              f"from the store {r['from_store']:.2f})", flush=True)
 
     with tempfile.TemporaryDirectory() as work, contextlib.ExitStack() as stack:
         nginx = None
@@ -132,12 +147,16 @@ def main() -> None:
             nginx = svc.Nginx(data, work).start()
             stack.callback(nginx.stop)
 
+        compressed = "" if a.compressed_mib is None else f"compressed_bytes = {a.compressed_mib << 20}"
+        if a.plan_prefetch_mib is not None:
+            compressed += f"\nplan_prefetch_bytes = {a.plan_prefetch_mib << 20}"
+
         def fresh(capacity, eviction="plan"):
             return svc.Daemon(Path(work) / f"d{time.monotonic_ns()}", {}, capacity_bytes=capacity,
-                              extra_toml=extra, cache_toml=f'eviction = "{eviction}"').start()
+                              extra_toml=extra, cache_toml=f'eviction = "{eviction}"\n{compressed}').start()
 
         for run in range(a.runs):
-            for order in a.orders.split(","):
+            for order in a.orders.split(",") if not a.only_http else ():
                 n = a.samples if order == "local" else a.random_samples
                 for eviction in a.eviction.split(","):
                     d = fresh(cold_cache, eviction)
@@ -166,7 +185,7 @@ def main() -> None:
                     for order in a.orders.split(","):
                         n = a.samples if order == "local" else a.random_samples
                         d = svc.Daemon(Path(work) / f"d{time.monotonic_ns()}", {}, capacity_bytes=cold_cache,
-                                       extra_toml=over_http).start()
+                                       extra_toml=over_http, cache_toml=compressed).start()
                         off = nginx.log_offset()
                         try:
                             r = stream(d, order, a.samples, n // sb.BATCH, a.prefetch)
@@ -181,7 +200,7 @@ def main() -> None:
                 finally:
                     if proxy:
                         proxy.stop()
-            if a.no_warm:
+            if a.no_warm or a.only_http:
                 continue
             d = fresh(int(decoded * 1.25))
             try:

@@ -458,5 +458,9 @@ async fn tiers(c: &crate::config::CacheConfig, metrics: &Arc<Metrics>) -> Result
         }
         None => None,
     };
-    Ok(crate::tiles::tiers::Tiers::new(compressed, disk))
+    let tiers = crate::tiles::tiers::Tiers::new(compressed, disk);
+    Ok(match c.plan_prefetch_bytes() {
+        0 => tiers,
+        n => tiers.with_prefetch(CompressedTier::prefetched(n, Some(metrics.clone()))),
+    })
 }

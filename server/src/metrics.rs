@@ -64,6 +64,10 @@ pub struct Metrics {
     /// Tier entries dropped unserved or unwritten, by tier and reason (`corrupt`,
     /// `write_failed`, `backlog`).
     pub tier_discarded: IntCounterVec,
+    /// Tiles (and their compressed bytes) fetched into the compressed tier ahead of their
+    /// reads by streams' plans.
+    pub prefetched_tiles: IntCounter,
+    pub prefetched_bytes: IntCounter,
     pub decode_seconds: HistogramVec,
     pub stage_seconds: HistogramVec,
     pub ready: IntGauge,
@@ -340,6 +344,16 @@ impl Metrics {
                 &["source"],
             ),
             cache_hits: counter(&r, "cogfeed_cache_hits_total", "Tile cache hits"),
+            prefetched_tiles: counter(
+                &r,
+                "cogfeed_prefetched_tiles_total",
+                "Tiles whose compressed bytes a stream's plan fetched into the compressed tier ahead of their read",
+            ),
+            prefetched_bytes: counter(
+                &r,
+                "cogfeed_prefetched_bytes_total",
+                "Compressed bytes fetched ahead of their read by streams' plans",
+            ),
             cache_misses: counter(
                 &r,
                 "cogfeed_cache_misses_total",

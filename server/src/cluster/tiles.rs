@@ -93,4 +93,16 @@ impl TileSource for FleetTiles {
     fn plan_relay(&self) -> Option<Box<dyn crate::tiles::board::PlanRelay>> {
         Some(Box::new(super::plans::FleetPlanRelay::new(self.cluster.clone())))
     }
+
+    /// Only tiles this replica owns: a peer's owner fetches its own (it decodes them).
+    async fn prefetch(&self, object: &TileObject, level: usize, block: usize) -> Option<usize> {
+        match self.cluster.owner(&object.key(level, block)) {
+            Owner::Peer(_) => None,
+            _ => self.local.prefetch_local(object, level, block).await,
+        }
+    }
+
+    fn prefetch_budget(&self) -> u64 {
+        self.local.prefetch_budget()
+    }
 }

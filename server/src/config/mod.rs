@@ -225,6 +225,12 @@ pub struct CacheConfig {
     /// `capacity_bytes`; 0 turns the tier off. Comes on top of `capacity_bytes`.
     #[serde(default)]
     pub compressed_bytes: Option<u64>,
+    /// Capacity of the area where tiles prefetched by streams' plans wait for their read
+    /// (remote stores only; beside the compressed tier, which prefetching needs). Default:
+    /// half of the compressed tier's; 0 turns prefetching off. Comes on top of
+    /// `capacity_bytes` and `compressed_bytes`.
+    #[serde(default)]
+    pub plan_prefetch_bytes: Option<u64>,
     /// Where the disk tier keeps compressed tiles across restarts (local NVMe). Default:
     /// none (no disk tier).
     #[serde(default)]
@@ -265,6 +271,15 @@ impl CacheConfig {
         self.compressed_bytes.unwrap_or(self.capacity_bytes / 8)
     }
 
+    /// The prefetch area's capacity in bytes (0: no prefetching; always 0 without the
+    /// compressed tier).
+    pub fn plan_prefetch_bytes(&self) -> u64 {
+        match self.compressed_bytes() {
+            0 => 0,
+            c => self.plan_prefetch_bytes.unwrap_or(c / 2),
+        }
+    }
+
     /// The disk tier's directory, if the tier is on.
     pub fn disk_dir(&self) -> Option<&std::path::Path> {
         self.disk_dir.as_deref().filter(|p| !p.as_os_str().is_empty())
@@ -295,6 +310,7 @@ impl Default for CacheConfig {
             header_entries: default_header_entries(),
             index_dir: None,
             compressed_bytes: None,
+            plan_prefetch_bytes: None,
             disk_dir: None,
             disk_bytes: default_disk_bytes(),
             eviction: Default::default(),
@@ -745,11 +761,17 @@ mod tests {
 
     #[test]
     fn cache_tiers_default_to_an_eighth_in_ram_and_no_disk() {
+        let c = Config::parse("[cache]\nplan_prefetch_bytes = 0\n").unwrap();
+        assert_eq!(
+            (c.cache.compressed_bytes(), c.cache.plan_prefetch_bytes()),
+            (256 << 20, 0)
+        );
         let c = Config::parse("[cache]\ncapacity_bytes = 8388608\n").unwrap();
         assert_eq!((c.cache.compressed_bytes(), c.cache.disk_dir()), (1048576, None));
+        assert_eq!(c.cache.plan_prefetch_bytes(), 524288);
         let c = Config::parse("[cache]\ncompressed_bytes = 0\ndisk_dir = \"/nvme/cogfeed\"\ndisk_bytes = 1073741824\n")
             .unwrap();
-        assert_eq!(c.cache.compressed_bytes(), 0);
+        assert_eq!((c.cache.compressed_bytes(), c.cache.plan_prefetch_bytes()), (0, 0));
         assert_eq!(c.cache.disk_dir(), Some(std::path::Path::new("/nvme/cogfeed")));
         assert_eq!(c.cache.disk_bytes, 1 << 30);
     }

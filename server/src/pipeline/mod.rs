@@ -14,6 +14,7 @@ pub mod footprints;
 pub mod lookahead;
 mod map_sample;
 pub mod plan_ahead;
+mod prefetch;
 pub mod transform;
 
 use std::sync::Arc;
@@ -381,7 +382,7 @@ pub async fn run(
     queue: Option<Arc<dyn QueueObserver>>,
 ) {
     let closed = tx.clone();
-    let planned = plan(&job, cache.as_ref());
+    let planned = plan(&job, &cache);
     let cursor = planned.as_ref().map(|(c, _)| c.clone());
     tokio::select! {
         () = produce(job, cache, tx, queue, cursor) => {}
@@ -392,10 +393,17 @@ pub async fn run(
     }
 }
 
-/// Starts publishing `job`'s plan when `cache` evicts by it and the memory budget has room
-/// for the plan.
-fn plan(job: &StreamJob, cache: &dyn TileSource) -> Option<(Arc<plan_ahead::Cursor>, tokio::task::JoinHandle<()>)> {
-    let board = cache.board()?;
+/// Starts `job`'s planner when `cache` evicts by the plan or prefetches, and the memory
+/// budget has room for the plan.
+fn plan(
+    job: &StreamJob,
+    cache: &Arc<dyn TileSource>,
+) -> Option<(Arc<plan_ahead::Cursor>, tokio::task::JoinHandle<()>)> {
+    let board = cache.board();
+    let budget = cache.prefetch_budget();
+    if board.is_none() && budget == 0 {
+        return None;
+    }
     let reservation = match &job.budget {
         Some((budget, _, _)) => Some(budget.try_reserve(plan_ahead::plan_bytes())?),
         None => None,
@@ -404,10 +412,11 @@ fn plan(job: &StreamJob, cache: &dyn TileSource) -> Option<(Arc<plan_ahead::Curs
     let order = (0..batches).flat_map(move |k| share.samples(k));
     Some(plan_ahead::start(
         job.clone(),
-        &board,
+        board.as_ref(),
         cache.plan_relay(),
         order,
         reservation,
+        (budget > 0).then(|| (cache.clone(), budget)),
     ))
 }
 

@@ -10,8 +10,11 @@
 //! everything needs no plan. The plan's memory is admitted against the daemon's budget like look-ahead
 //! (taken if free, never waited for): without room the stream runs unplanned and its tiles
 //! are evicted by recency. In a fleet the plan for tiles other replicas own is also relayed
-//! to their owners ([`PlanRelay`]). Never changes what a stream delivers, only what stays
-//! cached.
+//! to their owners ([`PlanRelay`]). When the tile source prefetches and the stream's tiles
+//! live in a remote store, every planned sample also goes to the stream's prefetcher
+//! (`prefetch`), and the planner then runs from the start, whether the cache is full or
+//! not (a cold cache is when prefetching pays). Never changes what a stream delivers, only
+//! what stays cached and when tiles are fetched.
 
 use std::sync::Arc;
 
@@ -19,10 +22,11 @@ use tokio::sync::watch;
 
 use super::StreamJob;
 use super::map_sample::{first_draw, wanted_layers};
+use super::prefetch;
 use crate::error::{Error, Result};
 use crate::memory::Reservation;
 use crate::tiles::board::{BYTES_PER_ENTRY, MAX_PLAN_ENTRIES, PlanBoard, PlanRelay, StreamPlan, tile_id};
-use crate::tiles::{TileKey, region};
+use crate::tiles::{PlannedBlocks, TileKey, TileSource, region};
 
 /// Samples the plan reaches ahead of the consumer at most. Planning a sample costs CPU
 /// outside the stream's share of the CPU pool (tens to hundreds of µs in map space), so the
@@ -33,7 +37,7 @@ pub const HORIZON: u64 = 512;
 /// The consumer's side: moves the cursor as samples are consumed.
 #[derive(Debug)]
 pub struct Cursor {
-    plan: Arc<StreamPlan>,
+    plan: Option<Arc<StreamPlan>>,
     relay: Option<Arc<dyn PlanRelay>>,
     moved: watch::Sender<u64>,
     /// The plan's memory, held as long as its uses can be on the board.
@@ -43,7 +47,9 @@ pub struct Cursor {
 impl Cursor {
     /// Every sample before `consumed` (in stream order) was delivered.
     pub fn advance(&self, consumed: u64) {
-        self.plan.advance(consumed);
+        if let Some(p) = &self.plan {
+            p.advance(consumed);
+        }
         if let Some(r) = &self.relay {
             r.advance(consumed);
         }
@@ -54,27 +60,32 @@ impl Cursor {
     /// the samples before it to be delivered (a deep look-ahead would otherwise keep its
     /// tiles as if still needed, crowding out those the next loads need).
     pub fn loaded(&self, position: u64) {
-        self.plan.retire(position);
+        if let Some(p) = &self.plan {
+            p.retire(position);
+        }
     }
 }
 
-/// Starts planning `order` (the stream's sample indices in delivery order) for `job` on
-/// `board` (and `relay`, for tiles other replicas own), within `reservation`. Returns the
-/// consumer's cursor; the planner stops when the cursor is dropped, the returned handle
-/// is aborted or the order ends.
+/// Starts planning `order` (the stream's sample indices in delivery order) for `job`: on
+/// `board` (and `relay`, for tiles other replicas own) when the cache evicts by the plan,
+/// and into a prefetcher when `prefetch` gives the tile source and its budget; within
+/// `reservation`. Returns the consumer's cursor; the planner stops when the cursor is
+/// dropped, the returned handle is aborted or the order ends.
 pub fn start(
     job: StreamJob,
-    board: &Arc<PlanBoard>,
+    board: Option<&Arc<PlanBoard>>,
     relay: Option<Box<dyn PlanRelay>>,
     order: impl Iterator<Item = u64> + Send + 'static,
     reservation: Option<Reservation>,
+    prefetch: Option<(Arc<dyn TileSource>, u64)>,
 ) -> (Arc<Cursor>, tokio::task::JoinHandle<()>) {
-    let plan = Arc::new(board.open());
-    let relay: Option<Arc<dyn PlanRelay>> = relay.map(Arc::from);
+    let plan = board.map(|b| Arc::new(b.open()));
+    let relay: Option<Arc<dyn PlanRelay>> = relay.filter(|_| plan.is_some()).map(Arc::from);
     let (moved, watched) = watch::channel(0u64);
     let (planner, relayed) = (plan.clone(), relay.clone());
+    let prefetcher = prefetch.map(|(cache, budget)| prefetch::start(cache, budget, watched.clone()));
     let task = tokio::spawn(async move {
-        plan_order(&job, &planner, relayed.as_deref(), order, watched).await;
+        plan_order(&job, planner.as_deref(), relayed.as_deref(), order, watched, prefetcher).await;
     });
     let cursor = Cursor {
         plan,
@@ -92,19 +103,21 @@ pub fn plan_bytes() -> u64 {
 
 async fn plan_order(
     job: &StreamJob,
-    plan: &StreamPlan,
+    plan: Option<&StreamPlan>,
     relay: Option<&dyn PlanRelay>,
     order: impl Iterator<Item = u64>,
     mut cursor: watch::Receiver<u64>,
+    mut prefetcher: Option<(prefetch::Planned, prefetch::Running)>,
 ) {
+    let wanted = |plan: Option<&StreamPlan>| plan.is_some_and(|p| p.published() < MAX_PLAN_ENTRIES && p.wanted());
+    let mut first = true;
     for (position, i) in order.enumerate() {
         let position = position as u64;
         // Wait for room (within the horizon and the plan's entries) and for a cache that
-        // wants plans (nearly full; checked again as the cursor moves).
+        // wants plans (nearly full; checked again as the cursor moves) or a prefetcher.
+        let prefetching = prefetcher.is_some();
         let Ok(now) = cursor
-            .wait_for(|&c| {
-                position < c || (position < c + HORIZON && plan.published() < MAX_PLAN_ENTRIES && plan.wanted())
-            })
+            .wait_for(|&c| position < c || (position < c + HORIZON && (prefetching || wanted(plan))))
             .await
             .map(|c| *c)
         else {
@@ -114,19 +127,36 @@ async fn plan_order(
             // Consumed before it was planned: nothing to publish.
             continue;
         }
-        if let Ok(keys) = planned_tiles(job, i).await {
-            plan.publish(position, keys.iter().map(tile_id));
-            if let Some(r) = relay {
-                r.publish(position, &keys);
+        if let Ok(planned) = planned_tiles(job, i).await {
+            if let Some(plan) = plan.filter(|_| wanted(plan)) {
+                let keys: Vec<TileKey> = planned.iter().flat_map(PlannedBlocks::keys).collect();
+                plan.publish(position, keys.iter().map(tile_id));
+                if let Some(r) = relay {
+                    r.publish(position, &keys);
+                }
+            }
+            if std::mem::take(&mut first) && !planned.iter().any(|b| b.object.is_remote()) {
+                // Tiles in local files: a read costs no round trip, nothing to prefetch.
+                prefetcher = None;
+            }
+            if let Some((queue, _)) = &prefetcher {
+                // A full queue leaves the sample to its read.
+                let _ = queue.try_send((position, planned));
             }
         }
         // One plan at a time: other streams' tasks run between them.
         tokio::task::yield_now().await;
     }
+    // The order ended: let the prefetcher finish what is queued.
+    if let Some((queue, running)) = prefetcher {
+        drop(queue);
+        let _ = cursor.wait_for(|_| false).await;
+        drop(running);
+    }
 }
 
 /// The tiles sample `i` of `job` reads (its part's, in a mixture).
-async fn planned_tiles(job: &StreamJob, i: u64) -> Result<Vec<TileKey>> {
+async fn planned_tiles(job: &StreamJob, i: u64) -> Result<Vec<PlannedBlocks>> {
     if let Some(m) = &job.mixture {
         let (part, n) = m.locate(i);
         return Box::pin(planned_tiles(part, n)).await;
@@ -141,17 +171,19 @@ async fn planned_tiles(job: &StreamJob, i: u64) -> Result<Vec<TileKey>> {
     let window = job.plan.window(i);
     let scene = &ds.scenes[window.scene as usize];
     let object = scene.tiles()?;
-    let of = |object: &crate::tiles::TileObject, bands: &[usize]| -> Result<Vec<TileKey>> {
+    let of = |object: &crate::tiles::TileObject, bands: &[usize]| -> Result<PlannedBlocks> {
         let (_, _, blocks) =
             region::region_blocks(object, window, bands).map_err(|e| Error::tiff(object.url.as_ref(), e))?;
-        Ok(blocks
-            .into_iter()
-            .map(|b| object.key(window.level as usize, b))
-            .collect())
+        Ok(PlannedBlocks {
+            object: object.clone(),
+            level: window.level as usize,
+            blocks,
+            sure: true,
+        })
     };
-    let mut keys = of(object, &job.bands)?;
+    let mut planned = vec![of(object, &job.bands)?];
     if let (Some(label), true) = (&scene.label, job.labels) {
-        keys.extend(of(label, &[0])?);
+        planned.push(of(label, &[0])?);
     }
-    Ok(keys)
+    Ok(planned)
 }

@@ -48,9 +48,34 @@ impl TileObject {
         }
     }
 
+    /// Whether the object lives in a remote store (a read costs a round trip), not in a
+    /// local file.
+    pub fn is_remote(&self) -> bool {
+        crate::storage::Location::parse(&self.url).is_ok_and(|l| l.scheme != crate::storage::Scheme::Local)
+    }
+
     /// The key of block `block` of `level` of this object.
     pub fn key(&self, level: usize, block: usize) -> TileKey {
         TileKey::new(&self.url, &self.version, level, block)
+    }
+}
+
+/// Blocks of one level of one object: what a stream's plan says a sample reads, and what
+/// a prefetch fetches.
+#[derive(Debug, Clone)]
+pub struct PlannedBlocks {
+    pub object: TileObject,
+    pub level: usize,
+    pub blocks: Vec<usize>,
+    /// Whether the sample surely reads them (false: a mosaic's later source, read only
+    /// where the first leaves pixels empty; planned for eviction, not prefetched).
+    pub sure: bool,
+}
+
+impl PlannedBlocks {
+    /// The blocks' keys.
+    pub fn keys(&self) -> impl Iterator<Item = TileKey> + '_ {
+        self.blocks.iter().map(|&b| self.object.key(self.level, b))
     }
 }
 
@@ -116,6 +141,20 @@ pub trait TileSource: Send + Sync + std::fmt::Debug {
     fn plan_relay(&self) -> Option<Box<dyn board::PlanRelay>> {
         None
     }
+
+    /// Fetches the compressed bytes of a tile a stream's plan reads soon into a tier
+    /// below the decoded cache, without decoding it: how many bytes it fetched. None when
+    /// it fetched nothing (held already, not this source's to fetch, or failed: the read
+    /// itself reports errors). Never fails a stream.
+    async fn prefetch(&self, _object: &TileObject, _level: usize, _block: usize) -> Option<usize> {
+        None
+    }
+
+    /// Compressed bytes one stream may have prefetched ahead of its reads (0: this source
+    /// does not prefetch).
+    fn prefetch_budget(&self) -> u64 {
+        0
+    }
 }
 
 #[async_trait::async_trait]
@@ -127,7 +166,22 @@ impl TileSource for TileCache {
     fn board(&self) -> Option<Arc<board::PlanBoard>> {
         (self.store.eviction() == store::Eviction::Plan).then(|| self.store.board().clone())
     }
+
+    async fn prefetch(&self, object: &TileObject, level: usize, block: usize) -> Option<usize> {
+        self.prefetch_local(object, level, block).await
+    }
+
+    fn prefetch_budget(&self) -> u64 {
+        self.tiers
+            .prefetched()
+            .map_or(0, |p| p.capacity_bytes() / PREFETCH_SHARE)
+    }
 }
+
+/// One stream's prefetched bytes ahead of its reads are at most the prefetch area's
+/// capacity over this: two streams prefetching at once do not evict each other's bytes
+/// before they are read.
+const PREFETCH_SHARE: u64 = 2;
 
 /// Cache counters.
 #[derive(Debug, Default)]
@@ -250,6 +304,21 @@ impl TileCache {
             .pop()
             .ok_or_else(|| TiffError::Internal("no block decoded".into()))?;
         Ok(Arc::new(tile))
+    }
+
+    /// [`TileSource::prefetch`] into this replica's tiers (what an owner does): nothing
+    /// when the decoded cache holds the tile or is loading it (its bytes may be fetched
+    /// already and decoding, and the compressed tier may not have kept them).
+    pub async fn prefetch_local(&self, object: &TileObject, level: usize, block: usize) -> Option<usize> {
+        if self.store.holds_or_loads(&object.key(level, block)) {
+            return None;
+        }
+        let fetched = self.tiers.prefetch(object, level, block).await.ok().flatten()?;
+        if let Some(m) = &self.metrics {
+            m.prefetched_tiles.inc();
+            m.prefetched_bytes.inc_by(fetched as u64);
+        }
+        Some(fetched)
     }
 
     /// Block `block` of `level` of `object` from this replica's main cache, loaded from

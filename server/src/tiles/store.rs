@@ -136,6 +136,13 @@ impl TileStore {
         self.len() == 0
     }
 
+    /// Whether `key` is held or being loaded (not a use: its recency does not change).
+    pub fn holds_or_loads(&self, key: &TileKey) -> bool {
+        self.state
+            .lock()
+            .is_ok_and(|s| s.resident.contains_key(key) || s.loading.get(key).is_some_and(|l| l.upgrade().is_some()))
+    }
+
     /// The tile under `key` if held (a use: it becomes the most recent).
     pub fn get(&self, key: &TileKey) -> Option<Tile> {
         let mut s = self.state.lock().ok()?;
@@ -381,6 +388,31 @@ mod tests {
         assert_eq!(c.1, Got::Loaded);
         assert!(c.0.is_ok());
         assert_eq!(store.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_tile_being_loaded_counts_as_held_for_a_prefetch() {
+        let store = Arc::new(TileStore::new(1 << 20, Eviction::Plan, PlanBoard::new()));
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let loading = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .get_or_load(key(4), async move {
+                        let _ = wait.await;
+                        Ok(tile(1))
+                    })
+                    .await
+                    .1
+            }
+        });
+        while !store.holds_or_loads(&key(4)) {
+            tokio::task::yield_now().await;
+        }
+        assert!(store.is_empty() && !store.holds_or_loads(&key(5)));
+        go.send(()).unwrap();
+        assert_eq!(loading.await.unwrap(), Got::Loaded);
+        assert!(store.holds_or_loads(&key(4)) && store.len() == 1);
     }
 
     #[tokio::test]

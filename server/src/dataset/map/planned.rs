@@ -7,14 +7,14 @@ use super::geometry::aligned_window;
 use super::{MapSpace, mosaic};
 use crate::error::{Error, Result};
 use crate::sampler::WindowSpec;
-use crate::tiles::TileKey;
+use crate::tiles::PlannedBlocks;
 use cogfeed_geo::Footprint;
 
 impl MapSpace {
     /// The source tiles assembling sample `window`'s layers `wanted` reads (a mosaic's
     /// first sources; later ones are read only where those leave pixels empty): what a
     /// stream publishes of its plan. Opens headers, reads no tile.
-    pub async fn planned_tiles(&self, window: &WindowSpec, wanted: &[usize]) -> Result<Vec<TileKey>> {
+    pub async fn planned_tiles(&self, window: &WindowSpec, wanted: &[usize]) -> Result<Vec<PlannedBlocks>> {
         let scene = window.scene as usize;
         let (crs, bounds, drawn) = (&self.grids[scene].crs, self.bounds(window), self.drawn_of(scene));
         let mut keys = Vec::new();
@@ -37,7 +37,7 @@ impl MapSpace {
                         [only] => aligned_window(only.source, &fp, layer),
                         _ => None,
                     };
-                    for p in &planned {
+                    for (k, p) in planned.iter().enumerate() {
                         let spec = match aligned {
                             Some(w) => w,
                             None => match mosaic::read_spec(p)? {
@@ -49,7 +49,13 @@ impl MapSpace {
                         let bands: Vec<usize> = (0..p.source.bands).collect();
                         let (_, _, blocks) = crate::tiles::region::region_blocks(object, spec, &bands)
                             .map_err(|e| Error::tiff(object.url.as_ref(), e))?;
-                        keys.extend(blocks.into_iter().map(|b| object.key(spec.level as usize, b)));
+                        keys.push(PlannedBlocks {
+                            object: object.clone(),
+                            level: spec.level as usize,
+                            blocks,
+                            // A later source is read only where the first leaves pixels empty.
+                            sure: k == 0,
+                        });
                     }
                 }
             }
