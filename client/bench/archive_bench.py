@@ -115,6 +115,9 @@ def main() -> None:
                     help="`[cache] compressed_bytes` of the cold daemons in MiB (default: the daemon's, an eighth of the tile cache)")
     ap.add_argument("--plan-prefetch-mib", type=int, default=None,
                     help="`[cache] plan_prefetch_bytes` of the cold daemons in MiB (default: the daemon's)")
+    ap.add_argument("--simulated", action="store_true",
+                    help="with --delays: nginx straight, the round trip (2 x the one-way delay) slept inside the daemon "
+                         "(`[store] simulated_latency_ms`) instead of delay_proxy.py, whose CPU shares the machine")
     ap.add_argument("--only-http", action="store_true", help="with --delays: only the HTTP regimes (no cold runs on files)")
     ap.add_argument("--perf", type=Path, help="record a `perf` profile of the daemon in each cold stream of the first run")
     ap.add_argument("--json", type=Path)
@@ -176,11 +179,13 @@ def main() -> None:
                             perf.wait()
                         d.stop()
             for delay in (int(x) for x in a.delays.split(",") if x):
-                proxy = svc.Proxy(nginx.port, delay).start() if delay else None
+                proxy = svc.Proxy(nginx.port, delay).start() if delay and not a.simulated else None
                 port = proxy.port if proxy else nginx.port
                 over_http = sb.DATASET.format(items=f"http://127.0.0.1:{port}/{items.name}",
                                               s2=json.dumps(list(sb.S2_10M + sb.S2_20M)), s2_dates=sb.S2_DATES,
                                               s1_dates=sb.S1_DATES)
+                if a.simulated:
+                    over_http = f"[store]\nsimulated_latency_ms = {2 * delay}\n\n" + over_http
                 try:
                     for order in a.orders.split(","):
                         n = a.samples if order == "local" else a.random_samples
@@ -195,7 +200,7 @@ def main() -> None:
                         if errors:
                             raise RuntimeError(f"{errors} store requests failed")
                         r.update(gets=gets / r["samples"], mib_sent=sent / r["samples"] / 2**20)
-                        record(f"http{delay}/{order}/cold", run, r)
+                        record(f"http{delay}{'sim' if a.simulated else ''}/{order}/cold", run, r)
                         print(f"    {r['gets']:.2f} GETs/sample, {r['mib_sent']:.2f} MiB sent/sample", flush=True)
                 finally:
                     if proxy:

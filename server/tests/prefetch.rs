@@ -115,15 +115,15 @@ async fn a_plan_prefetches_tiles_once_and_changes_no_byte() {
         .await;
     }
 
-    // Prefetching off.
-    let plain = serve(work.path(), s3_port, "plan_prefetch_bytes = 0");
+    // Prefetching off (the default).
+    let plain = serve(work.path(), s3_port, "");
     let want = plain.epoch().await;
     assert_eq!(want.len(), 16);
     assert_eq!(plain.metric("cogfeed_prefetched_tiles_total", &[]).await, 0.0);
     let plain_gets = plain.metric("cogfeed_store_requests_total", &["op=\"get\""]).await;
 
-    // The default tiers: the stream's plan prefetches.
-    let ahead = serve(work.path(), s3_port, "");
+    // A prefetch area: the stream's plan prefetches.
+    let ahead = serve(work.path(), s3_port, "plan_prefetch_bytes = 67108864");
     assert!(ahead.epoch().await == want, "prefetching changed the batches");
     let prefetched = ahead.metric("cogfeed_prefetched_tiles_total", &[]).await;
     let from_tier = ahead

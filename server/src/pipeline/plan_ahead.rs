@@ -109,15 +109,18 @@ async fn plan_order(
     mut cursor: watch::Receiver<u64>,
     mut prefetcher: Option<(prefetch::Planned, prefetch::Running)>,
 ) {
-    let wanted = |plan: Option<&StreamPlan>| plan.is_some_and(|p| p.published() < MAX_PLAN_ENTRIES && p.wanted());
     let mut first = true;
     for (position, i) in order.enumerate() {
         let position = position as u64;
         // Wait for room (within the horizon and the plan's entries) and for a cache that
         // wants plans (nearly full; checked again as the cursor moves) or a prefetcher.
+        // A prefetching stream publishes from the start: once the cache wants plans, the
+        // uses between the cursor and the planner are on the board already.
         let prefetching = prefetcher.is_some();
+        let publishing = |plan: Option<&StreamPlan>| plan.is_some_and(|p| prefetching || p.wanted());
+        let room = |plan: Option<&StreamPlan>| plan.is_none_or(|p| p.published() < MAX_PLAN_ENTRIES);
         let Ok(now) = cursor
-            .wait_for(|&c| position < c || (position < c + HORIZON && (prefetching || wanted(plan))))
+            .wait_for(|&c| position < c || (position < c + HORIZON && room(plan) && (prefetching || publishing(plan))))
             .await
             .map(|c| *c)
         else {
@@ -128,7 +131,7 @@ async fn plan_order(
             continue;
         }
         if let Ok(planned) = planned_tiles(job, i).await {
-            if let Some(plan) = plan.filter(|_| wanted(plan)) {
+            if let Some(plan) = plan.filter(|_| publishing(plan)) {
                 let keys: Vec<TileKey> = planned.iter().flat_map(PlannedBlocks::keys).collect();
                 plan.publish(position, keys.iter().map(tile_id));
                 if let Some(r) = relay {
