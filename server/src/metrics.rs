@@ -68,6 +68,10 @@ pub struct Metrics {
     /// reads by streams' plans.
     pub prefetched_tiles: IntCounter,
     pub prefetched_bytes: IntCounter,
+    /// Tiles decoded here and their decoded bytes, by extent (`whole`, or `top_rows`: a
+    /// row-limited decode of a block's top rows).
+    pub tiles_decoded: IntCounterVec,
+    pub tiles_decoded_bytes: IntCounterVec,
     pub decode_seconds: HistogramVec,
     pub stage_seconds: HistogramVec,
     pub ready: IntGauge,
@@ -344,6 +348,18 @@ impl Metrics {
                 &["source"],
             ),
             cache_hits: counter(&r, "cogfeed_cache_hits_total", "Tile cache hits"),
+            tiles_decoded: counter_vec(
+                &r,
+                "cogfeed_tiles_decoded_total",
+                "Tiles decoded into this replica's cache, by extent: whole, or top_rows (only the block's top rows a window needs, a row-limited decode)",
+                &["extent"],
+            ),
+            tiles_decoded_bytes: counter_vec(
+                &r,
+                "cogfeed_tiles_decoded_bytes_total",
+                "Decoded bytes of the tiles decoded into this replica's cache, by extent (whole, top_rows)",
+                &["extent"],
+            ),
             prefetched_tiles: counter(
                 &r,
                 "cogfeed_prefetched_tiles_total",

@@ -319,6 +319,7 @@ mod tests {
             version: Arc::from("v1"),
             level: 0,
             block: i,
+            rows: 0,
         }
     }
 

@@ -86,6 +86,16 @@ impl TileSource for FleetTiles {
         }
     }
 
+    /// A tile this replica owns may be decoded at its top rows only; a peer's owner
+    /// serves whole tiles (what it caches for every replica).
+    async fn tile_rows(&self, object: &TileObject, level: usize, block: usize, rows: u32) -> TiffResult<Tile> {
+        let key = object.key(level, block);
+        match self.cluster.owner(&key) {
+            Owner::Peer(peer) => self.owned_elsewhere(peer, object, key).await,
+            _ => self.local.get_local_rows(object, level, block, rows).await,
+        }
+    }
+
     fn board(&self) -> Option<Arc<crate::tiles::board::PlanBoard>> {
         self.local.board()
     }

@@ -175,12 +175,12 @@ async fn planned_tiles(job: &StreamJob, i: u64) -> Result<Vec<PlannedBlocks>> {
     let scene = &ds.scenes[window.scene as usize];
     let object = scene.tiles()?;
     let of = |object: &crate::tiles::TileObject, bands: &[usize]| -> Result<PlannedBlocks> {
-        let (_, _, blocks) =
-            region::region_blocks(object, window, bands).map_err(|e| Error::tiff(object.url.as_ref(), e))?;
+        let read = region::region_blocks(object, window, bands).map_err(|e| Error::tiff(object.url.as_ref(), e))?;
         Ok(PlannedBlocks {
             object: object.clone(),
             level: window.level as usize,
-            blocks,
+            blocks: read.blocks,
+            top_rows: read.top_rows,
             sure: true,
         })
     };

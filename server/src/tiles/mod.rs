@@ -67,6 +67,9 @@ pub struct PlannedBlocks {
     pub object: TileObject,
     pub level: usize,
     pub blocks: Vec<usize>,
+    /// For each block, the rows from its top a row-limited decode reads (0: the whole
+    /// block; [`region::top_rows`]).
+    pub top_rows: Vec<u32>,
     /// Whether the sample surely reads them (false: a mosaic's later source, read only
     /// where the first leaves pixels empty; planned for eviction, not prefetched).
     pub sure: bool,
@@ -75,7 +78,10 @@ pub struct PlannedBlocks {
 impl PlannedBlocks {
     /// The blocks' keys.
     pub fn keys(&self) -> impl Iterator<Item = TileKey> + '_ {
-        self.blocks.iter().map(|&b| self.object.key(self.level, b))
+        self.blocks
+            .iter()
+            .zip(&self.top_rows)
+            .map(|(&b, &rows)| self.object.key(self.level, b).top_rows(rows))
     }
 }
 
@@ -88,11 +94,15 @@ pub struct TileKey {
     pub version: Arc<str>,
     pub level: u32,
     pub block: u32,
+    /// The block's top rows only (a row-limited decode, [`region::top_rows`]); 0: the
+    /// whole block.
+    pub rows: u32,
 }
 
 impl TileKey {
     /// The key's stable 64-bit digest ([`crate::rng::digest`] of URL, version, level and
     /// block): its owner in a fleet and its id on plan boards, the same in every replica.
+    /// A block's top rows share the whole block's digest: one owner, one planned use.
     pub fn digest(&self) -> u64 {
         let (level, block) = (self.level.to_le_bytes(), self.block.to_le_bytes());
         crate::rng::digest_parts([
@@ -111,7 +121,19 @@ impl TileKey {
             version: version.clone(),
             level: level as u32,
             block: block as u32,
+            rows: 0,
         }
+    }
+
+    /// This block's top `rows` rows (0: the whole block).
+    pub fn top_rows(mut self, rows: u32) -> Self {
+        self.rows = rows;
+        self
+    }
+
+    /// The whole block this key is part of.
+    pub fn whole(&self) -> Self {
+        self.clone().top_rows(0)
     }
 }
 
@@ -130,6 +152,14 @@ pub(crate) fn tile_kib(_key: &TileKey, tile: &Tile) -> u32 {
 pub trait TileSource: Send + Sync + std::fmt::Debug {
     /// Block `block` of `level` of `object`, decoded, loaded once however many ask.
     async fn tile(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile>;
+
+    /// The top `rows` rows of block `block` (a row-limited decode; [`region::top_rows`]
+    /// decides when), or the whole block: when it is held already, when `rows` is 0, or when
+    /// this source only serves whole blocks (this default). Readers use no row below `rows`.
+    async fn tile_rows(&self, object: &TileObject, level: usize, block: usize, rows: u32) -> TiffResult<Tile> {
+        let _ = rows;
+        self.tile(object, level, block).await
+    }
 
     /// Where streams publish what they will read, when this source evicts by the plan.
     fn board(&self) -> Option<Arc<board::PlanBoard>> {
@@ -161,6 +191,10 @@ pub trait TileSource: Send + Sync + std::fmt::Debug {
 impl TileSource for TileCache {
     async fn tile(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile> {
         self.get_local(object, level, block).await
+    }
+
+    async fn tile_rows(&self, object: &TileObject, level: usize, block: usize, rows: u32) -> TiffResult<Tile> {
+        self.get_local_rows(object, level, block, rows).await
     }
 
     fn board(&self) -> Option<Arc<board::PlanBoard>> {
@@ -291,18 +325,36 @@ impl TileCache {
 
     /// Gets one block's compressed bytes (tiers, else the store) and decodes it.
     pub(crate) async fn load(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile> {
+        self.load_rows(object, level, block, 0).await
+    }
+
+    /// [`TileCache::load`] decoding only the block's top `rows` rows (0: all of them). The
+    /// compressed bytes fetched (and kept by the tiers) are the whole block's either way.
+    async fn load_rows(&self, object: &TileObject, level: usize, block: usize, rows: u32) -> TiffResult<Tile> {
         let cog = &object.cog;
         let (raw, source) = self.tiers.fetch(object, level, block).await?;
-        let timer = self.metrics.as_ref().map(|m| {
-            let codec = cog.level(level).map(|l| l.compression.name()).unwrap_or_default();
-            Timer::start(&m.decode_seconds.with_label_values(&[codec.as_str()]))
-        });
-        let mut decoded = cog.decode_blocks(level, vec![block], vec![raw]).await?;
-        drop(timer);
+        let tile = if rows == 0 {
+            // Row-limited decodes are not timed: the histogram stays one of whole blocks.
+            let timer = self.metrics.as_ref().map(|m| {
+                let codec = cog.level(level).map(|l| l.compression.name()).unwrap_or_default();
+                Timer::start(&m.decode_seconds.with_label_values(&[codec.as_str()]))
+            });
+            let mut decoded = cog.decode_blocks(level, vec![block], vec![raw]).await?;
+            drop(timer);
+            decoded
+                .pop()
+                .ok_or_else(|| TiffError::Internal("no block decoded".into()))?
+        } else {
+            cog.decode_block_rows(level, block, raw, rows as usize).await?
+        };
         self.loaded_from(source.label());
-        let tile = decoded
-            .pop()
-            .ok_or_else(|| TiffError::Internal("no block decoded".into()))?;
+        if let Some(m) = &self.metrics {
+            let extent = if rows == 0 { "whole" } else { "top_rows" };
+            m.tiles_decoded.with_label_values(&[extent]).inc();
+            m.tiles_decoded_bytes
+                .with_label_values(&[extent])
+                .inc_by(tile.len() as u64);
+        }
         Ok(Arc::new(tile))
     }
 
@@ -324,15 +376,29 @@ impl TileCache {
     /// Block `block` of `level` of `object` from this replica's main cache, loaded from
     /// the store once; never asks a peer (what an owner does).
     pub async fn get_local(&self, object: &TileObject, level: usize, block: usize) -> TiffResult<Tile> {
-        let key = object.key(level, block);
+        self.get_local_rows(object, level, block, 0).await
+    }
+
+    /// [`TileCache::get_local`] for a window that reads only the block's top `rows` rows
+    /// (0: the whole block): the whole block when it is held or being loaded, else those
+    /// rows alone, decoded once and kept under their own key (a sixteenth of the whole or less)
+    /// until evicted like any tile.
+    pub async fn get_local_rows(&self, object: &TileObject, level: usize, block: usize, rows: u32) -> TiffResult<Tile> {
+        let whole = object.key(level, block);
+        let key = if rows == 0 || self.store.holds_or_loads(&whole) {
+            whole
+        } else {
+            whole.top_rows(rows)
+        };
         if let Some(tile) = self.store.get(&key) {
             self.hit();
             return Ok(tile);
         }
         let (this, object) = (self.clone(), object.clone());
+        let rows = key.rows;
         let (result, got) = self
             .store
-            .get_or_load(key, async move { this.load(&object, level, block).await })
+            .get_or_load(key, async move { this.load_rows(&object, level, block, rows).await })
             .await;
         match got {
             store::Got::Hit => self.hit(),

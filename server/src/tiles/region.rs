@@ -1,6 +1,7 @@
 //! Patches: the tiles a window needs (through the shared cache), stitched into a band-major
 //! array, padded with the fill value where the window leaves the scene. The one window
-//! loader of the daemon: streams and `ReadWindow` both read through it.
+//! loader of the daemon: streams and `ReadWindow` both read through it. Decides which
+//! blocks a window reads only at their top (a row-limited decode), for reads and plans alike.
 
 use crate::sampler::WindowSpec;
 use crate::tiles::{Tile, TileObject, TileSource};
@@ -17,13 +18,46 @@ pub struct RegionTiles {
     pub fill: f64,
 }
 
+/// The blocks of one window: what [`fetch_region`] fetches, and what a stream's plan says
+/// it will read.
+pub struct WindowBlocks {
+    pub level: Level,
+    pub request: WindowRequest,
+    pub blocks: Vec<usize>,
+    /// For each block, the rows from its top a row-limited decode reads ([`top_rows`]).
+    pub top_rows: Vec<u32>,
+}
+
+/// The fewest rows a row-limited decode reads (a block's top sixteenth when that is more).
+pub const TOP_ROWS_MIN: u64 = 64;
+
+/// How many rows from the top of block `block` a window needs decoded, when that is few
+/// enough for a row-limited decode to pay; 0: decode the whole block.
+///
+/// A window that ends within the block's top sixteenth (at least [`TOP_ROWS_MIN`] rows, at
+/// most a quarter of the block) reads that many rows, the same count for every such window
+/// so they share one decoded entry: the footprints that spill a few rows over a tile's
+/// upper edge (a 32-row footprint near the bottom of the tile above) decode ~6 % of the
+/// tile below instead of all of it. Blocks shorter than four such units, and codecs that
+/// cannot stop early ([`cogfeed_tiff::decode::decodes_rows`]), decode whole.
+pub fn top_rows(level: &Level, request: &WindowRequest, block: usize) -> u32 {
+    let rows = level.block_rows(block);
+    let unit = (rows / 16).max(TOP_ROWS_MIN);
+    if unit * 4 > rows || !cogfeed_tiff::decode::decodes_rows(level) {
+        return 0;
+    }
+    let within = block as u64 % level.blocks_per_plane().max(1);
+    let top = within / level.blocks_across().max(1) * level.block_height;
+    let end = (request.row + request.height).saturating_sub(top);
+    if end == 0 || end > unit {
+        return 0;
+    }
+    u32::try_from(unit).unwrap_or(0)
+}
+
 /// The level, request and blocks of `window` (clipped to the scene) for `bands` of
 /// `object`: what [`fetch_region`] fetches, and what a stream's plan says it will read.
-pub fn region_blocks(
-    object: &TileObject,
-    window: WindowSpec,
-    bands: &[usize],
-) -> TiffResult<(Level, WindowRequest, Vec<usize>)> {
+pub fn region_blocks(object: &TileObject, window: WindowSpec, bands: &[usize]) -> TiffResult<WindowBlocks> {
     let level = object.cog.level(window.level as usize)?.clone();
     let width = (window.width as u64).min(level.width.saturating_sub(window.col));
     let height = (window.height as u64).min(level.height.saturating_sub(window.row));
@@ -39,7 +73,17 @@ pub fn region_blocks(
     // memory already; this is the backstop against a window it did not foresee).
     window::validate(&level, &request, object.cog.max_window_bytes())?;
     let blocks = window::blocks_for(&level, &request, bands);
-    Ok((level, request, blocks))
+    let top_rows = if cogfeed_tiff::decode::decodes_rows(&level) {
+        blocks.iter().map(|&b| top_rows(&level, &request, b)).collect()
+    } else {
+        vec![0; blocks.len()]
+    };
+    Ok(WindowBlocks {
+        level,
+        request,
+        blocks,
+        top_rows,
+    })
 }
 
 /// Fetches the tiles of `window` (clipped to the scene) for `bands` of `object`.
@@ -50,9 +94,20 @@ pub async fn fetch_region(
     bands: &[usize],
     fill: f64,
 ) -> TiffResult<RegionTiles> {
-    let (level, request, blocks) = region_blocks(object, window, bands)?;
-    let tiles =
-        futures::future::try_join_all(blocks.iter().map(|&b| cache.tile(object, window.level as usize, b))).await?;
+    let WindowBlocks {
+        level,
+        request,
+        blocks,
+        top_rows,
+    } = region_blocks(object, window, bands)?;
+    let at = window.level as usize;
+    let tiles = futures::future::try_join_all(
+        blocks
+            .iter()
+            .zip(&top_rows)
+            .map(|(&b, &rows)| cache.tile_rows(object, at, b, rows)),
+    )
+    .await?;
     Ok(RegionTiles {
         level,
         request,

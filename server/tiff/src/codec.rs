@@ -144,6 +144,26 @@ pub fn inflate(input: &[u8], out: &mut [u8]) -> Produced {
     })
 }
 
+/// The first `out.len()` bytes of a zlib stream, inflating no further: a row-limited decode
+/// of a block's top rows. The rest of the stream (and its checksum) is not read, so damage
+/// past the prefix goes unnoticed here; a whole decode of the block still reports it.
+pub fn inflate_prefix(input: &[u8], out: &mut [u8]) -> Produced {
+    let mut z = flate2::Decompress::new(true);
+    loop {
+        let (read, written) = (z.total_in() as usize, z.total_out() as usize);
+        if written == out.len() {
+            return Ok(written);
+        }
+        let status = z
+            .decompress(&input[read..], &mut out[written..], flate2::FlushDecompress::None)
+            .map_err(|e| format!("deflate: {e}"))?;
+        let progressed = z.total_in() as usize != read || z.total_out() as usize != written;
+        if status == flate2::Status::StreamEnd || !progressed {
+            return Ok(z.total_out() as usize);
+        }
+    }
+}
+
 /// zlib stream of unknown decompressed size (at most `limit` bytes).
 pub fn inflate_unknown(input: &[u8], hint: usize, limit: usize) -> Result<Vec<u8>, String> {
     INFLATER.with(|d| {

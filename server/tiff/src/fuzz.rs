@@ -44,9 +44,19 @@ pub fn exercise(data: &[u8]) -> usize {
             if end > data.len() || start > end {
                 continue;
             }
-            let Ok(block) = decode::decode_block(level, level_no, index, &data[start..end]) else {
+            let raw = &data[start..end];
+            // A row-limited decode of hostile bytes ends cleanly too, whatever the whole does.
+            let top = decode::decode_block_rows(level, level_no, index, raw, 3);
+            let Ok(block) = decode::decode_block(level, level_no, index, raw) else {
                 continue;
             };
+            // Where the whole block decodes, its top rows are exactly the whole's first rows.
+            if let Ok(top) = top {
+                assert!(
+                    block.starts_with(&top),
+                    "row-limited decode differs from the whole's top rows"
+                );
+            }
             decoded += 1;
             paste_block(level, index, &block);
         }

@@ -244,6 +244,24 @@ impl Cog {
         .await?
     }
 
+    /// The top `rows` rows of block `block` of `level` from its compressed bytes `raw`
+    /// ([`decode::decode_block_rows`]: only those rows are decoded where the codec allows),
+    /// on the CPU pool.
+    pub async fn decode_block_rows(&self, level: usize, block: usize, raw: Bytes, rows: usize) -> TiffResult<Vec<u8>> {
+        self.level(level)?;
+        let header = self.header.clone();
+        on_cpu_pool(move || {
+            let lvl = &header.levels[level];
+            if raw.is_empty() {
+                let s = decode::block_shape(lvl, block);
+                let one = dtype::fill_bytes(lvl.dtype, header.geo.nodata_value().unwrap_or(0.0));
+                return Ok(one.repeat(s.rows.min(rows) * s.cols * s.samples));
+            }
+            decode::decode_block_rows(lvl, level, block, &raw, rows)
+        })
+        .await?
+    }
+
     /// Reads a window: fetch, decode and paste the blocks it touches.
     pub async fn read_window(&self, req: &WindowRequest) -> TiffResult<Raster> {
         let lvl = self.level(req.level)?;

@@ -47,12 +47,13 @@ impl MapSpace {
                         };
                         let object = &p.source.object;
                         let bands: Vec<usize> = (0..p.source.bands).collect();
-                        let (_, _, blocks) = crate::tiles::region::region_blocks(object, spec, &bands)
+                        let read = crate::tiles::region::region_blocks(object, spec, &bands)
                             .map_err(|e| Error::tiff(object.url.as_ref(), e))?;
                         keys.push(PlannedBlocks {
                             object: object.clone(),
                             level: spec.level as usize,
-                            blocks,
+                            blocks: read.blocks,
+                            top_rows: read.top_rows,
                             // A later source is read only where the first leaves pixels empty.
                             sure: k == 0,
                         });
