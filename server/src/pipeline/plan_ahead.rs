@@ -34,6 +34,14 @@ use crate::tiles::{PlannedBlocks, TileKey, TileSource, region};
 /// one plan per sample consumed.
 pub const HORIZON: u64 = 512;
 
+/// The far plan: beyond [`HORIZON`], one sample in this many is planned ...
+pub const FAR_STRIDE: u64 = 32;
+/// ... up to this many samples ahead of the consumer. A local order's group lasts hundreds
+/// to thousands of samples: the far plan sees the next few groups, so a tile this group
+/// shares with one of them (a coarser band's tile, a neighbour's spill) is kept for it.
+/// Costs one sample's plan per [`FAR_STRIDE`] consumed, and its uses on the board.
+pub const FAR_HORIZON: u64 = 8 * HORIZON;
+
 /// The consumer's side: moves the cursor as samples are consumed.
 #[derive(Debug)]
 pub struct Cursor {
@@ -75,7 +83,7 @@ pub fn start(
     job: StreamJob,
     board: Option<&Arc<PlanBoard>>,
     relay: Option<Box<dyn PlanRelay>>,
-    order: impl Iterator<Item = u64> + Send + 'static,
+    order: impl Iterator<Item = u64> + Clone + Send + 'static,
     reservation: Option<Reservation>,
     prefetch: Option<(Arc<dyn TileSource>, u64)>,
 ) -> (Arc<Cursor>, tokio::task::JoinHandle<()>) {
@@ -105,11 +113,18 @@ async fn plan_order(
     job: &StreamJob,
     plan: Option<&StreamPlan>,
     relay: Option<&dyn PlanRelay>,
-    order: impl Iterator<Item = u64>,
+    order: impl Iterator<Item = u64> + Clone,
     mut cursor: watch::Receiver<u64>,
     mut prefetcher: Option<(prefetch::Planned, prefetch::Running)>,
 ) {
     let mut first = true;
+    // The far plan's samples: every FAR_STRIDE-th position from HORIZON on.
+    let mut far = order
+        .clone()
+        .enumerate()
+        .skip(HORIZON as usize)
+        .step_by(FAR_STRIDE as usize)
+        .peekable();
     for (position, i) in order.enumerate() {
         let position = position as u64;
         // Wait for room (within the horizon and the plan's entries) and for a cache that
@@ -137,6 +152,7 @@ async fn plan_order(
                 if let Some(r) = relay {
                     r.publish(position, &keys);
                 }
+                plan_far(job, plan, &mut far, position, now).await;
             }
             if std::mem::take(&mut first) && !planned.iter().any(|b| b.object.is_remote()) {
                 // Tiles in local files: a read costs no round trip, nothing to prefetch.
@@ -155,6 +171,33 @@ async fn plan_order(
         drop(queue);
         let _ = cursor.wait_for(|_| false).await;
         drop(running);
+    }
+}
+
+/// Publishes the far plan's samples beyond `position` (the near plan's last) up to
+/// [`FAR_HORIZON`] past the consumer at `now`, while the plan has room. Not relayed to a
+/// fleet's owners, and never prefetched: it only orders evictions.
+async fn plan_far(
+    job: &StreamJob,
+    plan: &StreamPlan,
+    far: &mut std::iter::Peekable<impl Iterator<Item = (usize, u64)>>,
+    position: u64,
+    now: u64,
+) {
+    while let Some(&(at, i)) = far.peek() {
+        let at = at as u64;
+        if at > now + FAR_HORIZON || plan.published() >= MAX_PLAN_ENTRIES {
+            return;
+        }
+        far.next();
+        if at <= position {
+            // The near plan has it (or it is past).
+            continue;
+        }
+        if let Ok(planned) = planned_tiles(job, i).await {
+            plan.publish_far(at, planned.iter().flat_map(PlannedBlocks::keys).map(|k| tile_id(&k)));
+        }
+        tokio::task::yield_now().await;
     }
 }
 

@@ -6,7 +6,9 @@
 //! ([`StreamPlan::advance`]). The tile cache asks the board how far away each resident
 //! tile's next planned use is ([`PlanBoard::distances`]): the nearest over all streams, in
 //! samples of the stream that needs it; None when no plan needs it again. That is the
-//! clairvoyant (Belady) eviction order.
+//! clairvoyant (Belady) eviction order. Beyond the samples it plans one by one, a stream
+//! also publishes a sparse sample of its order further ahead ([`StreamPlan::publish_far`]):
+//! enough to tell that a tile read now is read again a few groups of a local order later.
 //!
 //! Tiles are named by a 64-bit digest of their key ([`tile_id`]), not the key itself, so a
 //! published use costs 8 bytes plus its share of two queues. A collision (about 2^-64 per
@@ -119,10 +121,36 @@ impl Uses {
     }
 }
 
+/// One stream's plans: `near`, every sample up to the planner's horizon; `far`, a sparse
+/// sample of the order beyond it ([`StreamPlan::publish_far`]), so a tile the stream reads
+/// again a few groups later is known to be needed before the near plan reaches it.
+#[derive(Debug, Default)]
+struct Plans {
+    near: Uses,
+    far: Uses,
+}
+
+impl Plans {
+    fn distance(&self, id: u64) -> Option<u64> {
+        match (self.near.distance(id), self.far.distance(id)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn alive(&self) -> usize {
+        self.near.alive + self.far.alive
+    }
+
+    fn queued(&self) -> usize {
+        self.near.queue.len() + self.far.queue.len()
+    }
+}
+
 /// What every open stream will read next. One per daemon, shared by every stream and job.
 #[derive(Debug, Default)]
 pub struct PlanBoard {
-    streams: Mutex<HashMap<u64, Uses>>,
+    streams: Mutex<HashMap<u64, Plans>>,
     next_stream: AtomicU64,
     /// Uses published and not yet consumed, over all streams (a gauge for the metrics).
     entries: AtomicU64,
@@ -140,7 +168,7 @@ impl PlanBoard {
     pub fn open(self: &Arc<Self>) -> StreamPlan {
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut s) = self.streams.lock() {
-            s.insert(id, Uses::default());
+            s.insert(id, Plans::default());
         }
         StreamPlan {
             board: self.clone(),
@@ -188,31 +216,44 @@ impl StreamPlan {
     /// Publishes that the sample at `position` (in this stream's order, ascending from one
     /// call to the next) reads `tiles`.
     pub fn publish(&self, position: u64, tiles: impl Iterator<Item = u64>) {
-        self.update(|uses| uses.publish(position, tiles));
+        self.update(|plans| plans.near.publish(position, tiles));
+    }
+
+    /// Publishes the far plan's sample at `position` (ascending from one call to the next,
+    /// beyond the near plan): a sparse sample of the stream's order, every few samples.
+    /// Its uses count like near ones until the cursor passes them.
+    pub fn publish_far(&self, position: u64, tiles: impl Iterator<Item = u64>) {
+        self.update(|plans| plans.far.publish(position, tiles));
     }
 
     /// The stream consumed every sample before `cursor`: their uses are past.
     pub fn advance(&self, cursor: u64) {
-        self.update(|uses| uses.advance(cursor));
+        self.update(|plans| {
+            plans.near.advance(cursor);
+            plans.far.advance(cursor);
+        });
     }
 
     /// The sample at `position` has read every tile it needed (loaded ahead of the cursor,
     /// it waits to be delivered in order): its uses are past.
     pub fn retire(&self, position: u64) {
-        self.update(|uses| uses.retire(position));
+        self.update(|plans| {
+            plans.near.retire(position);
+            plans.far.retire(position);
+        });
     }
 
     /// Applies `change` to this stream's uses and counts what it added or removed.
-    fn update(&self, change: impl FnOnce(&mut Uses)) {
+    fn update(&self, change: impl FnOnce(&mut Plans)) {
         let Ok(mut s) = self.board.streams.lock() else { return };
-        let Some(uses) = s.get_mut(&self.id) else { return };
-        let before = uses.alive;
-        change(uses);
-        self.published.store(uses.queue.len(), Ordering::Relaxed);
-        let entries = &self.board.entries;
-        match uses.alive.checked_sub(before) {
+        let Some(plans) = s.get_mut(&self.id) else { return };
+        let before = plans.alive();
+        change(plans);
+        self.published.store(plans.queued(), Ordering::Relaxed);
+        let (after, entries) = (plans.alive(), &self.board.entries);
+        match after.checked_sub(before) {
             Some(added) => entries.fetch_add(added as u64, Ordering::Relaxed),
-            None => entries.fetch_sub((before - uses.alive) as u64, Ordering::Relaxed),
+            None => entries.fetch_sub((before - after) as u64, Ordering::Relaxed),
         };
     }
 
@@ -230,9 +271,9 @@ impl StreamPlan {
 impl Drop for StreamPlan {
     fn drop(&mut self) {
         if let Ok(mut s) = self.board.streams.lock()
-            && let Some(uses) = s.remove(&self.id)
+            && let Some(plans) = s.remove(&self.id)
         {
-            self.board.entries.fetch_sub(uses.queue.len() as u64, Ordering::Relaxed);
+            self.board.entries.fetch_sub(plans.alive() as u64, Ordering::Relaxed);
         }
     }
 }
@@ -291,6 +332,36 @@ mod tests {
         assert_eq!(board.distances([2, 3].into_iter()), vec![Some(0), Some(0)]);
         a.advance(3);
         assert_eq!((board.entries(), a.published()), (0, 0));
+    }
+
+    #[test]
+    fn the_far_plan_tells_uses_beyond_the_near_one_and_leaves_with_the_cursor() {
+        let board = PlanBoard::new();
+        let a = board.open();
+        a.publish(0, [1].into_iter());
+        a.publish(1, [2].into_iter());
+        // Sparse samples far ahead: tile 1 again at 600, tile 9 only there.
+        a.publish_far(512, [3].into_iter());
+        a.publish_far(600, [1, 9].into_iter());
+        assert_eq!(
+            board.distances([1, 2, 3, 9, 4].into_iter()),
+            vec![Some(0), Some(1), Some(512), Some(600), None]
+        );
+        assert_eq!((board.entries(), a.published()), (5, 5));
+        // The near plan reaches 512 and publishes it too: the nearest use counts.
+        a.publish(512, [3].into_iter());
+        a.advance(2);
+        assert_eq!(board.distances([1, 3].into_iter()), vec![Some(598), Some(510)]);
+        // A far sample loaded ahead of the cursor retires with the near one.
+        a.retire(512);
+        assert_eq!(board.distances([3].into_iter()), vec![None]);
+        a.advance(601);
+        assert_eq!(board.distances([1, 9].into_iter()), vec![None, None]);
+        assert_eq!((board.entries(), a.published()), (0, 0));
+        // Dropping a plan with uses on the board takes them off.
+        a.publish_far(700, [5, 6].into_iter());
+        drop(a);
+        assert_eq!(board.entries(), 0);
     }
 
     #[test]
