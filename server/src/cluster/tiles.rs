@@ -105,10 +105,10 @@ impl TileSource for FleetTiles {
     }
 
     /// Only tiles this replica owns: a peer's owner fetches its own (it decodes them).
-    async fn prefetch(&self, object: &TileObject, level: usize, block: usize) -> Option<usize> {
+    async fn prefetch(&self, object: &TileObject, level: usize, block: usize, rows: u32) -> Option<usize> {
         match self.cluster.owner(&object.key(level, block)) {
             Owner::Peer(_) => None,
-            _ => self.local.prefetch_local(object, level, block).await,
+            _ => self.local.prefetch_local(object, level, block, rows).await,
         }
     }
 

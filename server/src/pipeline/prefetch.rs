@@ -74,13 +74,13 @@ async fn run(
             let Some((position, blocks, k)) = waiting.pop_front() else {
                 break;
             };
-            let block = blocks.blocks[k];
+            let (block, rows) = (blocks.blocks[k], blocks.top_rows.get(k).copied().unwrap_or(0));
             if k + 1 < blocks.blocks.len() {
                 waiting.push_front((position, blocks.clone(), k + 1));
             }
             let cache = cache.clone();
             fetching.push(async move {
-                let got = cache.prefetch(&blocks.object, blocks.level, block).await;
+                let got = cache.prefetch(&blocks.object, blocks.level, block, rows).await;
                 (position, got)
             });
         }

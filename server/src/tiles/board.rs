@@ -362,6 +362,13 @@ mod tests {
         a.publish_far(700, [5, 6].into_iter());
         drop(a);
         assert_eq!(board.entries(), 0);
+        // Retired uses still queued are not counted again when the plan goes.
+        let b = board.open();
+        b.publish(0, [1, 2].into_iter());
+        b.retire(0);
+        assert_eq!(board.entries(), 0);
+        drop(b);
+        assert_eq!(board.entries(), 0);
     }
 
     #[test]

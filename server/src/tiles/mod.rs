@@ -176,7 +176,9 @@ pub trait TileSource: Send + Sync + std::fmt::Debug {
     /// below the decoded cache, without decoding it: how many bytes it fetched. None when
     /// it fetched nothing (held already, not this source's to fetch, or failed: the read
     /// itself reports errors). Never fails a stream.
-    async fn prefetch(&self, _object: &TileObject, _level: usize, _block: usize) -> Option<usize> {
+    /// `rows`: the read will take only the block's top rows ([`region::top_rows`]; 0: the
+    /// whole block), so a held top-rows entry makes the prefetch needless too.
+    async fn prefetch(&self, _object: &TileObject, _level: usize, _block: usize, _rows: u32) -> Option<usize> {
         None
     }
 
@@ -201,8 +203,8 @@ impl TileSource for TileCache {
         (self.store.eviction() == store::Eviction::Plan).then(|| self.store.board().clone())
     }
 
-    async fn prefetch(&self, object: &TileObject, level: usize, block: usize) -> Option<usize> {
-        self.prefetch_local(object, level, block).await
+    async fn prefetch(&self, object: &TileObject, level: usize, block: usize, rows: u32) -> Option<usize> {
+        self.prefetch_local(object, level, block, rows).await
     }
 
     fn prefetch_budget(&self) -> u64 {
@@ -361,8 +363,9 @@ impl TileCache {
     /// [`TileSource::prefetch`] into this replica's tiers (what an owner does): nothing
     /// when the decoded cache holds the tile or is loading it (its bytes may be fetched
     /// already and decoding, and the compressed tier may not have kept them).
-    pub async fn prefetch_local(&self, object: &TileObject, level: usize, block: usize) -> Option<usize> {
-        if self.store.holds_or_loads(&object.key(level, block)) {
+    pub async fn prefetch_local(&self, object: &TileObject, level: usize, block: usize, rows: u32) -> Option<usize> {
+        let whole = object.key(level, block);
+        if self.store.holds_or_loads(&whole) || (rows != 0 && self.store.holds_or_loads(&whole.top_rows(rows))) {
             return None;
         }
         let fetched = self.tiers.prefetch(object, level, block).await.ok().flatten()?;
