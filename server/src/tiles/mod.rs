@@ -388,15 +388,20 @@ impl TileCache {
     /// until evicted like any tile.
     pub async fn get_local_rows(&self, object: &TileObject, level: usize, block: usize, rows: u32) -> TiffResult<Tile> {
         let whole = object.key(level, block);
-        let key = if rows == 0 || self.store.holds_or_loads(&whole) {
-            whole
-        } else {
-            whole.top_rows(rows)
-        };
-        if let Some(tile) = self.store.get(&key) {
+        if let Some(tile) = self.store.get(&whole) {
             self.hit();
             return Ok(tile);
         }
+        let key = if rows == 0 {
+            whole
+        } else {
+            let top = whole.clone().top_rows(rows);
+            if let Some(tile) = self.store.get(&top) {
+                self.hit();
+                return Ok(tile);
+            }
+            if self.store.holds_or_loads(&whole) { whole } else { top }
+        };
         let (this, object) = (self.clone(), object.clone());
         let rows = key.rows;
         let (result, got) = self
