@@ -14,10 +14,10 @@ use cogfeed_server::tiles::{TileCache, TileObject, region};
 use cogfeed_tiff::write::cog::CogWriter;
 use cogfeed_tiff::{Cog, MemoryReader, OpenOptions, WindowRequest};
 
-const TILE: u64 = 256;
-const SIDE: u64 = 512;
+const TILE: u64 = 1024;
+const SIDE: u64 = 2048;
 
-/// A 512² float32 DEFLATE COG in 256² tiles, every pixel distinct.
+/// A 2048² float32 DEFLATE COG in 1024² tiles, every pixel distinct.
 async fn object(dir: &std::path::Path) -> TileObject {
     let path = dir.join("rows.tif");
     let mut w = CogWriter::create(&path, SIDE, SIDE, 1, TILE, None).unwrap();
@@ -74,8 +74,8 @@ async fn a_window_over_a_tiles_top_rows_decodes_only_them() {
     let metrics = Arc::new(Metrics::new(4));
     let cache = TileCache::with_metrics(64 << 20, Some(metrics.clone()));
 
-    // Rows 230..270: the bottom of the first tile row, 14 rows into the second.
-    let spill = window(100, 230, 32, 40);
+    // Rows 998..1038: the bottom of the first tile row, 14 rows into the second.
+    let spill = window(100, 998, 32, 40);
     let planned = region::region_blocks(&object, spill, &[0]).unwrap();
     assert_eq!(planned.blocks, vec![0, 2]);
     assert_eq!(planned.top_rows, vec![0, region::TOP_ROWS_MIN as u32]);
@@ -83,7 +83,7 @@ async fn a_window_over_a_tiles_top_rows_decodes_only_them() {
     let got = region::read(&cache, &object, spill, &[0], 0.0).await.unwrap();
     assert_eq!(got.data, expected(&object, spill).await);
     assert_eq!((decoded(&metrics, "whole"), decoded(&metrics, "top_rows")), (1, 1));
-    // The top rows are a quarter of the 256-row tile's bytes.
+    // The top rows are a sixteenth of the 1024-row tile's bytes.
     let top_bytes = metrics.tiles_decoded_bytes.with_label_values(&["top_rows"]).get();
     assert_eq!(top_bytes, 64 * TILE * 4);
 
@@ -93,20 +93,20 @@ async fn a_window_over_a_tiles_top_rows_decodes_only_them() {
     assert_eq!((decoded(&metrics, "whole"), decoded(&metrics, "top_rows")), (1, 1));
 
     // A window further down the second tile row needs the whole tile.
-    let deep = window(100, 300, 32, 40);
+    let deep = window(100, 1100, 32, 40);
     assert_eq!(region::region_blocks(&object, deep, &[0]).unwrap().top_rows, vec![0]);
     let got = region::read(&cache, &object, deep, &[0], 0.0).await.unwrap();
     assert_eq!(got.data, expected(&object, deep).await);
     assert_eq!((decoded(&metrics, "whole"), decoded(&metrics, "top_rows")), (2, 1));
 
     // A top-rows window over a tile whose whole block is held uses the whole one.
-    let top = window(0, 256, 16, 8);
+    let top = window(0, 1024, 16, 8);
     let got = region::read(&cache, &object, top, &[0], 0.0).await.unwrap();
     assert_eq!(got.data, expected(&object, top).await);
     assert_eq!((decoded(&metrics, "whole"), decoded(&metrics, "top_rows")), (2, 1));
 
     // The first tile of the second row's neighbour: a fresh top-rows decode.
-    let right = window(300, 250, 16, 16);
+    let right = window(1100, 1018, 16, 16);
     let got = region::read(&cache, &object, right, &[0], 0.0).await.unwrap();
     assert_eq!(got.data, expected(&object, right).await);
     assert_eq!((decoded(&metrics, "whole"), decoded(&metrics, "top_rows")), (3, 2));
@@ -116,7 +116,7 @@ async fn a_window_over_a_tiles_top_rows_decodes_only_them() {
 async fn planned_keys_name_the_entries_the_reads_use() {
     let dir = tempfile::tempdir().unwrap();
     let object = object(dir.path()).await;
-    let read = region::region_blocks(&object, window(0, 240, 32, 32), &[0]).unwrap();
+    let read = region::region_blocks(&object, window(0, 1008, 32, 32), &[0]).unwrap();
     let planned = cogfeed_server::tiles::PlannedBlocks {
         object: object.clone(),
         level: 0,
@@ -131,4 +131,25 @@ async fn planned_keys_name_the_entries_the_reads_use() {
     // One owner and one planned use for a block and its top rows.
     assert_eq!(keys[1].digest(), object.key(0, 2).digest());
     assert_eq!(keys[1].whole(), object.key(0, 2));
+}
+
+#[tokio::test]
+async fn tiles_under_1024_rows_decode_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small.tif");
+    let mut w = CogWriter::create(&path, 512, 512, 1, 256, None).unwrap();
+    for ty in 0..2 {
+        for tx in 0..2 {
+            w.put(tx, ty, vec![1.0; 256 * 256]).unwrap();
+        }
+    }
+    w.finish().unwrap();
+    let reader = Arc::new(MemoryReader::new("small.tif", std::fs::read(&path).unwrap()));
+    let object = TileObject::new(
+        "file:///small.tif",
+        Cog::open(reader, OpenOptions::default()).await.unwrap(),
+    );
+    let read = region::region_blocks(&object, window(0, 250, 16, 16), &[0]).unwrap();
+    assert_eq!(read.blocks, vec![0, 2]);
+    assert_eq!(read.top_rows, vec![0, 0]);
 }

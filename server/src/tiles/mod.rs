@@ -226,6 +226,11 @@ pub struct CacheStats {
     pub misses: AtomicU64,
     /// Requests that waited for another request's load of the same tile.
     pub coalesced: AtomicU64,
+    /// Misses that decoded only a block's top rows (row-limited decodes). Whether a read
+    /// of a tile's top rows finds the whole tile loaded or decodes its rows depends on
+    /// which load came first, so this part of `misses` varies with timing; the rest, the
+    /// whole-tile decodes, does not.
+    pub top_rows_decodes: AtomicU64,
 }
 
 /// The decoded-tile cache.
@@ -350,6 +355,9 @@ impl TileCache {
             cog.decode_block_rows(level, block, raw, rows as usize).await?
         };
         self.loaded_from(source.label());
+        if rows != 0 {
+            self.stats.top_rows_decodes.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(m) = &self.metrics {
             let extent = if rows == 0 { "whole" } else { "top_rows" };
             m.tiles_decoded.with_label_values(&[extent]).inc();

@@ -34,16 +34,17 @@ pub const TOP_ROWS_MIN: u64 = 64;
 /// How many rows from the top of block `block` a window needs decoded, when that is few
 /// enough for a row-limited decode to pay; 0: decode the whole block.
 ///
-/// A window that ends within the block's top sixteenth (at least [`TOP_ROWS_MIN`] rows, at
-/// most a quarter of the block) reads that many rows, the same count for every such window
-/// so they share one decoded entry: the footprints that spill a few rows over a tile's
-/// upper edge (a 32-row footprint near the bottom of the tile above) decode ~6 % of the
-/// tile below instead of all of it. Blocks shorter than four such units, and codecs that
-/// cannot stop early ([`cogfeed_tiff::decode::decodes_rows`]), decode whole.
+/// A window that ends within the block's top sixteenth (at least [`TOP_ROWS_MIN`] rows)
+/// reads that many rows, the same count for every such window so they share one decoded
+/// entry: the footprints that spill a few rows over a tile's upper edge (a 32-row footprint
+/// near the bottom of the tile above) decode ~6 % of the tile below instead of all of it.
+/// Blocks of fewer than 16 such units (below 1024 rows: cheap to decode whole, and more
+/// likely to be read whole soon after), and codecs that cannot stop early
+/// ([`cogfeed_tiff::decode::decodes_rows`]), decode whole.
 pub fn top_rows(level: &Level, request: &WindowRequest, block: usize) -> u32 {
     let rows = level.block_rows(block);
     let unit = (rows / 16).max(TOP_ROWS_MIN);
-    if unit * 4 > rows || !cogfeed_tiff::decode::decodes_rows(level) {
+    if unit * 16 > rows || !cogfeed_tiff::decode::decodes_rows(level) {
         return 0;
     }
     let within = block as u64 % level.blocks_per_plane().max(1);
