@@ -74,11 +74,7 @@ pub fn region_blocks(object: &TileObject, window: WindowSpec, bands: &[usize]) -
     // memory already; this is the backstop against a window it did not foresee).
     window::validate(&level, &request, object.cog.max_window_bytes())?;
     let blocks = window::blocks_for(&level, &request, bands);
-    let top_rows = if cogfeed_tiff::decode::decodes_rows(&level) {
-        blocks.iter().map(|&b| top_rows(&level, &request, b)).collect()
-    } else {
-        vec![0; blocks.len()]
-    };
+    let top_rows = blocks.iter().map(|&b| top_rows(&level, &request, b)).collect();
     Ok(WindowBlocks {
         level,
         request,
