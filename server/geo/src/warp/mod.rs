@@ -6,10 +6,12 @@
 //! valid pixel wins ([`Mosaic`]), and converts to the output type with GDAL's rounding;
 //! `samples` decodes a window to f64 and its validity. [`axes`] plans the areal kernels once
 //! per column and row where the mapping allows it; `areal` runs them over a footprint where
-//! it does not.
+//! it does not. [`exact`] runs bilinear in integers, straight into output bytes, where that
+//! is provably the f64 kernel's result.
 
 mod areal;
 pub mod axes;
+pub mod exact;
 pub mod kernel;
 mod mosaic;
 pub mod plan;

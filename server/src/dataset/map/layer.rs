@@ -122,11 +122,25 @@ impl MapSpace {
             }
             return Ok(used);
         }
+        let does_not_fill = || {
+            Error::InvalidArgument(format!(
+                "asset {key}: a mosaic of {nb} bands does not fill its part of the layer"
+            ))
+        };
+        // One source: warped straight into the layer's part (the integer kernel where it
+        // applies), without a mosaic of one.
+        if let [only] = planned.as_slice()
+            && only.source.bands == nb
+        {
+            let into = (layer.dtype, layer.nodata);
+            if !mosaic::single_into(tiles, only, fp, layer.resampling, into, out).await? {
+                return Err(does_not_fill());
+            }
+            return Ok(used);
+        }
         let m = mosaic::mosaic_planned(tiles, &planned, nb, fp, layer.resampling).await?;
         if !m.to_bytes_into(layer.dtype, layer.nodata, layer.resampling != Resampling::Nearest, out) {
-            return Err(Error::InvalidArgument(format!(
-                "asset {key}: a mosaic of {nb} bands does not fill its part of the layer"
-            )));
+            return Err(does_not_fill());
         }
         Ok(used)
     }

@@ -15,9 +15,11 @@ use crate::tiles::TileSource;
 use crate::tiles::region;
 use cogfeed_geo::warp::kernel::Source;
 use cogfeed_geo::warp::plan::{self, PixelMapper};
-use cogfeed_geo::warp::{MappedPoints, Mosaic, NodataTest, Resampling, Warped, samples_to_f64, validity, warp_mapped};
+use cogfeed_geo::warp::{
+    MappedPoints, Mosaic, NodataTest, Resampling, Warped, exact, samples_to_f64, validity, warp_mapped,
+};
 use cogfeed_geo::{Crs, Footprint, Transformer};
-use cogfeed_tiff::on_cpu_pool;
+use cogfeed_tiff::{DType, on_cpu_pool};
 use futures::StreamExt;
 use source::GridKey;
 use std::collections::HashMap;
@@ -177,14 +179,13 @@ pub fn read_spec(planned: &Planned<'_>) -> Result<Option<WindowSpec>> {
     }))
 }
 
-/// Warps one planned source onto the footprint; None when the footprint misses it.
-async fn warp_one(
+/// The tiles of a planned source's window, fetched; None when the footprint misses it.
+async fn fetch(
     tiles: &dyn TileSource,
     planned: &Planned<'_>,
     footprint: &Footprint,
-    resampling: Resampling,
-) -> Result<Option<Warped>> {
-    let (src, level, shift) = (planned.source, planned.plan.level, planned.shift);
+) -> Result<Option<(plan::SourceWindow, region::RegionTiles)>> {
+    let (src, level) = (planned.source, planned.plan.level);
     let Some(window) = planned.plan.window else {
         return Ok(None);
     };
@@ -210,27 +211,61 @@ async fn warp_one(
     let region = region::fetch_region(tiles, &src.object, spec, &bands, 0.0)
         .await
         .map_err(|e| Error::tiff(src.object.url.as_ref(), e))?;
-    let (footprint, src, plan) = (footprint.clone(), src.clone(), planned.plan.clone());
+    Ok(Some((window, region)))
+}
+
+/// Whether warping `window` onto `footprint` is small enough to run on the calling task.
+fn is_small(footprint: &Footprint, window: &plan::SourceWindow) -> bool {
+    (footprint.width() * footprint.height()).max(window.width * window.height) <= INLINE_PIXELS
+}
+
+/// The general warp of a stitched window of `src`: decoded to f64, its validity, the
+/// kernel over the plan's points, harmonisation's shift.
+fn warp_raster(
+    raster: &cogfeed_tiff::Raster,
+    src: &AssetSource,
+    plan: &GridPlan,
+    footprint: &Footprint,
+    window: &plan::SourceWindow,
+    resampling: Resampling,
+    shift: i32,
+) -> Warped {
+    let values = samples_to_f64(raster.dtype, &raster.data);
+    let tests: Vec<NodataTest> = src.nodata.iter().map(|&nd| NodataTest::new(raster.dtype, nd)).collect();
+    let valid = validity(&values, raster.width * raster.height, &tests);
+    let source = Source {
+        width: raster.width,
+        height: raster.height,
+        bands: src.bands,
+        values: &values,
+        valid: &valid,
+    };
+    let mapped = plan.points(footprint, &src.crs, resampling);
+    let mut warped = warp_mapped(mapped, window, &source, resampling);
+    crate::dataset::map::harmonize::apply(&mut warped.values, &warped.valid, &src.nodata, shift);
+    warped
+}
+
+/// Warps one planned source onto the footprint; None when the footprint misses it.
+async fn warp_one(
+    tiles: &dyn TileSource,
+    planned: &Planned<'_>,
+    footprint: &Footprint,
+    resampling: Resampling,
+) -> Result<Option<Warped>> {
+    let Some((window, region)) = fetch(tiles, planned, footprint).await? else {
+        return Ok(None);
+    };
+    let (footprint, src, plan, shift) = (
+        footprint.clone(),
+        planned.source.clone(),
+        planned.plan.clone(),
+        planned.shift,
+    );
     // Stitch the tiles, then warp: inline when the work is small (a hand-off to the CPU
     // pool and back costs more than warping a few thousand pixels), else one trip to it.
-    let small = (footprint.width() * footprint.height()).max(window.width * window.height) <= INLINE_PIXELS;
-    let work = move || {
-        let raster = region.assemble();
-        let values = samples_to_f64(raster.dtype, &raster.data);
-        let tests: Vec<NodataTest> = src.nodata.iter().map(|&nd| NodataTest::new(raster.dtype, nd)).collect();
-        let valid = validity(&values, raster.width * raster.height, &tests);
-        let source = Source {
-            width: raster.width,
-            height: raster.height,
-            bands: src.bands,
-            values: &values,
-            valid: &valid,
-        };
-        let mapped = plan.points(&footprint, &src.crs, resampling);
-        let mut warped = warp_mapped(mapped, &window, &source, resampling);
-        crate::dataset::map::harmonize::apply(&mut warped.values, &warped.valid, &src.nodata, shift);
-        warped
-    };
+    let small = is_small(&footprint, &window);
+    let work = move || warp_raster(&region.assemble(), &src, &plan, &footprint, &window, resampling, shift);
     let warped = if small {
         work()
     } else {
@@ -239,6 +274,61 @@ async fn warp_one(
             .map_err(|e| Error::tiff(planned.source.item.clone(), e))?
     };
     Ok(Some(warped))
+}
+
+/// One planned source, the only one of its mosaic, warped onto `footprint` and written into
+/// `out` as samples of `dtype` (nodata `nodata` where it gives nothing): the bytes
+/// [`mosaic_planned`] of it and [`Mosaic::to_bytes_into`] give. A small bilinear window of
+/// 8- or 16-bit samples in the output's type goes through the integer kernel where it
+/// applies ([`exact::bilinear_into`]: no f64 copies, no mosaic, no conversion pass); every
+/// other one through the general warp of the same stitched window. False where `out` does
+/// not hold exactly the layer's part.
+pub async fn single_into(
+    tiles: &dyn TileSource,
+    planned: &Planned<'_>,
+    footprint: &Footprint,
+    resampling: Resampling,
+    (dtype, nodata): (DType, f64),
+    out: &mut [u8],
+) -> Result<bool> {
+    let src = planned.source;
+    let mut m = Mosaic::new(src.bands, footprint.width() as usize, footprint.height() as usize);
+    let avoid = resampling != Resampling::Nearest;
+    let Some((window, region)) = fetch(tiles, planned, footprint).await? else {
+        return Ok(m.to_bytes_into(dtype, nodata, avoid, out));
+    };
+    let (plan, shift) = (&planned.plan, planned.shift);
+    if !is_small(footprint, &window) {
+        let (footprint, src, plan) = (footprint.clone(), src.clone(), plan.clone());
+        let warped =
+            on_cpu_pool(move || warp_raster(&region.assemble(), &src, &plan, &footprint, &window, resampling, shift))
+                .await
+                .map_err(|e| Error::tiff(planned.source.item.clone(), e))?;
+        m.add_owned(warped);
+        return Ok(m.to_bytes_into(dtype, nodata, avoid, out));
+    }
+    let raster = region.assemble();
+    if resampling == Resampling::Bilinear && shift == 0 && src.bands == 1 && raster.dtype == dtype {
+        let typed = exact::TypedWindow {
+            dtype,
+            width: raster.width,
+            height: raster.height,
+            bytes: &raster.data,
+        };
+        let mapped = plan.points(footprint, &src.crs, resampling);
+        if exact::bilinear_into(
+            mapped,
+            &window,
+            &typed,
+            src.nodata.first().copied().flatten(),
+            nodata,
+            out,
+        ) {
+            return Ok(true);
+        }
+    }
+    m.add_owned(warp_raster(&raster, src, plan, footprint, &window, resampling, shift));
+    Ok(m.to_bytes_into(dtype, nodata, avoid, out))
 }
 
 /// Warps `sources` (one asset of several Items, priority order) onto `footprint`: the

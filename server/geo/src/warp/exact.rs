@@ -1,0 +1,367 @@
+//! Bilinear in integers where that is provably GDAL's f64 result, written straight into
+//! the layer's bytes (issue 27's typed kernels).
+//!
+//! When it applies:
+//! - one band of unsigned 8- or 16-bit samples, written out in the same type;
+//! - every pixel of the window valid (none equals the band's nodata);
+//! - the mapping axis-aligned and not downsampling (one x per column, one y per row);
+//! - every destination centre with its four neighbours inside the window;
+//! - every neighbour weight dyadic: `k / 64`. Sentinel-2's 20 m bands read onto a 10 m
+//!   grid give 1/4 and 3/4.
+//!
+//! Why it is exact: the per-pixel kernel (`warp_mapped`'s separable path, GDAL's order)
+//! sums four products of f64 weights `rx·ry`, `(1-rx)·ry`, … and 16-bit values. With
+//! dyadic weights every product and every partial sum holds at most 16 + 12 + 2 significant
+//! bits, so none rounds: the kernel's value is exactly `S / 4096`, where `S` is the same sum
+//! over the integer weights `64·rx`, `64·(1-rx)`, … (the weights sum to exactly 1, so the
+//! kernel does not divide). The output conversion (saturate, add 0.5, truncate) of a value
+//! in range is then `(S + 2048) >> 12`. An integer sum does not depend on its order, so it
+//! runs separably: each source row once along x, then the rows along y, in loops a compiler
+//! vectorises.
+//!
+//! Owns that path only. Where a condition fails it returns false and leaves `out`
+//! untouched: the caller runs the general warp, which gives the same bytes wherever this
+//! path applies (tests compare them).
+
+use super::axes;
+use super::plan::SourceWindow;
+use super::{MappedPoints, NodataTest};
+use cogfeed_tiff::DType;
+
+/// Weights are multiples of 1/ONE.
+const ONE: u32 = 64;
+/// Bits of ONE².
+const SHIFT: u32 = 12;
+
+/// A window of decoded samples in their own type: `height × width`, one band, native order.
+#[derive(Debug, Clone, Copy)]
+pub struct TypedWindow<'a> {
+    /// Sample type.
+    pub dtype: DType,
+    /// Width, in pixels.
+    pub width: usize,
+    /// Height, in pixels.
+    pub height: usize,
+    /// The samples.
+    pub bytes: &'a [u8],
+}
+
+/// One axis of the kernel: per destination column (or row) the first neighbour and the
+/// integer weights of it and the next, or None where the axis does not qualify.
+fn axis(points: &[f64], offset: f64, size: usize) -> Option<Vec<(usize, u32, u32)>> {
+    axes::bilinear_axis(points, offset, size)
+        .into_iter()
+        .map(|tap| {
+            let (_, (first, r)) = tap?;
+            // Both neighbours inside the window.
+            if first < 0 || first as usize + 1 >= size {
+                return None;
+            }
+            let (a, b) = (r * f64::from(ONE), (1.0 - r) * f64::from(ONE));
+            let whole = |w: f64| w >= 0.0 && w <= f64::from(ONE) && w == (w as u32) as f64;
+            (whole(a) && whole(b) && a as u32 + b as u32 == ONE).then_some((first as usize, a as u32, b as u32))
+        })
+        .collect()
+}
+
+/// Samples of a one-band window widened to u32: None where one is nodata (or the type is
+/// not 8- or 16-bit unsigned, or the bytes do not make the window).
+fn samples(src: &TypedWindow<'_>, nodata: Option<f64>) -> Option<Vec<u32>> {
+    let n = src.width.checked_mul(src.height)?;
+    if src.bytes.len() != n.checked_mul(src.dtype.size())? {
+        return None;
+    }
+    let values: Vec<u32> = match src.dtype {
+        DType::U8 => src.bytes.iter().map(|&b| u32::from(b)).collect(),
+        DType::U16 => src
+            .bytes
+            .chunks_exact(2)
+            .map(|c| u32::from(u16::from_ne_bytes([c[0], c[1]])))
+            .collect(),
+        _ => return None,
+    };
+    // GDAL's test: integers against floor(nodata + 1e-6); one outside the type's range,
+    // or not whole, matches no sample.
+    if let NodataTest::Equals(nd) = NodataTest::new(src.dtype, nodata)
+        && nd >= 0.0
+        && nd <= f64::from(u32::MAX)
+        && nd == (nd as u32) as f64
+    {
+        let nd = nd as u32;
+        if values.contains(&nd) {
+            return None;
+        }
+    }
+    Some(values)
+}
+
+/// Bilinear of the one-band window `src` (read at `window` of its level, nodata `nodata`)
+/// over `mapped`'s footprint, written into `out` as samples of the window's type with
+/// `out_nodata` avoided as GDAL's kernels do: true where the integer path applies (see the
+/// module's doc), false with `out` untouched where it does not.
+pub fn bilinear_into(
+    mapped: &MappedPoints,
+    window: &SourceWindow,
+    src: &TypedWindow<'_>,
+    nodata: Option<f64>,
+    out_nodata: f64,
+    out: &mut [u8],
+) -> bool {
+    let (w, h) = (mapped.width, mapped.height);
+    let es = src.dtype.size();
+    if out.len() != w * h * es || w == 0 || h == 0 || src.width < 2 || src.height < 2 {
+        return false;
+    }
+    if !(window.x_scale >= 0.95 && window.y_scale >= 0.95) {
+        return false;
+    }
+    let Some((xs, ys)) = &mapped.axes else {
+        return false;
+    };
+    let (Some(cols), Some(rows)) = (
+        axis(xs, window.col as f64, src.width),
+        axis(ys, window.row as f64, src.height),
+    ) else {
+        return false;
+    };
+    if cols.len() != w || rows.len() != h {
+        return false;
+    }
+    let Some(values) = samples(src, nodata) else {
+        return false;
+    };
+    // Along x, each source row the footprint reads once: 64 × (its value there).
+    let (y_first, y_last) = rows
+        .iter()
+        .fold((usize::MAX, 0), |(lo, hi), &(y, _, _)| (lo.min(y), hi.max(y + 1)));
+    let mut along_x = vec![0u32; (y_last + 1 - y_first) * w];
+    for (y, line) in (y_first..=y_last).zip(along_x.chunks_exact_mut(w)) {
+        let row = &values[y * src.width..(y + 1) * src.width];
+        for (v, &(x, a, b)) in line.iter_mut().zip(&cols) {
+            *v = a * row[x] + b * row[x + 1];
+        }
+    }
+    // The nodata value as a sample of the type, where it is one: a computed value equal to
+    // it moves one step away.
+    let max = if src.dtype == DType::U8 {
+        u32::from(u8::MAX)
+    } else {
+        u32::from(u16::MAX)
+    };
+    let nd =
+        (out_nodata >= 0.0 && out_nodata <= f64::from(max) && out_nodata.fract() == 0.0).then_some(out_nodata as u32);
+    let avoid = |x: u32| match nd {
+        Some(nd) if x == nd => {
+            if x == 0 {
+                1
+            } else {
+                x - 1
+            }
+        }
+        _ => x,
+    };
+    let mut line = vec![0u32; w];
+    for (&(y, a, b), dst) in rows.iter().zip(out.chunks_exact_mut(w * es)) {
+        let (top, bottom) = (
+            &along_x[(y - y_first) * w..(y - y_first + 1) * w],
+            &along_x[(y + 1 - y_first) * w..(y + 2 - y_first) * w],
+        );
+        for ((v, &t), &u) in line.iter_mut().zip(top).zip(bottom) {
+            *v = (a * t + b * u + (1 << (SHIFT - 1))) >> SHIFT;
+        }
+        match src.dtype {
+            DType::U8 => dst.iter_mut().zip(&line).for_each(|(d, &v)| *d = avoid(v) as u8),
+            _ => dst
+                .chunks_exact_mut(2)
+                .zip(&line)
+                .for_each(|(d, &v)| d.copy_from_slice(&(avoid(v) as u16).to_le_bytes())),
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::warp::kernel::Source;
+    use crate::warp::test_rng::{below, lcg};
+    use crate::warp::{Mosaic, Resampling, samples_to_f64, validity, warp_mapped};
+
+    /// Points of a `w` × `h` footprint whose centres map to `offset + j·step` along both
+    /// axes, separable.
+    fn mapped(w: usize, h: usize, (ox, oy): (f64, f64), step: f64) -> MappedPoints {
+        let xs: Vec<f64> = (0..h).flat_map(|_| (0..w).map(move |j| ox + j as f64 * step)).collect();
+        let ys: Vec<f64> = (0..h)
+            .flat_map(|i| std::iter::repeat_n(oy + i as f64 * step, w))
+            .collect();
+        let axes = axes::separable_centres(&xs, &ys, w, h);
+        MappedPoints {
+            width: w,
+            height: h,
+            xs,
+            ys,
+            axes,
+        }
+    }
+
+    /// The general path's bytes: the f64 warp, a mosaic of one source, GDAL's conversion.
+    fn general(
+        m: &MappedPoints,
+        window: &SourceWindow,
+        src: &TypedWindow<'_>,
+        nodata: Option<f64>,
+        out_nodata: f64,
+    ) -> Vec<u8> {
+        let values = samples_to_f64(src.dtype, src.bytes);
+        let tests = [NodataTest::new(src.dtype, nodata)];
+        let valid = validity(&values, src.width * src.height, &tests);
+        let s = Source {
+            width: src.width,
+            height: src.height,
+            bands: 1,
+            values: &values,
+            valid: &valid,
+        };
+        let mut mosaic = Mosaic::new(1, m.width, m.height);
+        mosaic.add_owned(warp_mapped(m, window, &s, Resampling::Bilinear));
+        mosaic.to_bytes(src.dtype, out_nodata, true)
+    }
+
+    fn window(col: u64, row: u64, w: usize, h: usize, scale: f64) -> SourceWindow {
+        SourceWindow {
+            col,
+            row,
+            width: w as u64,
+            height: h as u64,
+            x_scale: scale,
+            y_scale: scale,
+        }
+    }
+
+    #[test]
+    fn the_integer_path_gives_the_general_paths_bytes() {
+        let mut seed = 11u64;
+        let (mut applied, mut declined) = (0, 0);
+        for round in 0..400 {
+            let dtype = if round % 3 == 0 { DType::U8 } else { DType::U16 };
+            let max = if dtype == DType::U8 { 256 } else { 65536 };
+            let (sw, sh) = (20 + below(&mut seed, 6) as usize, 18 + below(&mut seed, 6) as usize);
+            // Upsampling by 2 (Sentinel-2's 20 m onto 10 m), by 4, plain copies, and steps
+            // whose weights are not dyadic (declined).
+            let step = [0.5, 0.25, 1.0, 0.5, 0.3][below(&mut seed, 5) as usize];
+            let start = 10.0 + 1.0 + below(&mut seed, 4) as f64 * 0.25 + if round % 7 == 0 { 0.1 } else { 0.0 };
+            let (w, h) = (16 + below(&mut seed, 8) as usize, 16 + below(&mut seed, 8) as usize);
+            let m = mapped(w, h, (start, start), step);
+            let win = window(10, 10, sw, sh, 1.0 / step.min(1.0));
+            // Values near the type's top (saturation is never needed: a mean of four
+            // samples stays in range) and a few equal to the output's nodata.
+            let nodata = [None, Some(0.0), Some(7.0)][below(&mut seed, 3) as usize];
+            let out_nodata = [0.0, 3.0, (max - 1) as f64, 300.0][below(&mut seed, 4) as usize];
+            let bytes: Vec<u8> = (0..sw * sh)
+                .flat_map(|_| {
+                    let v = match below(&mut seed, 10) {
+                        0 => (out_nodata as u64).min(max - 1),
+                        1 => max - 1 - below(&mut seed, 3),
+                        // Nodata now and then: the path declines the window.
+                        2 if round % 5 == 0 => nodata.unwrap_or(1.0) as u64,
+                        _ => 1 + (lcg(&mut seed) * (max - 1) as f64) as u64,
+                    };
+                    if dtype == DType::U8 {
+                        vec![v as u8]
+                    } else {
+                        (v as u16).to_ne_bytes().to_vec()
+                    }
+                })
+                .collect();
+            let src = TypedWindow {
+                dtype,
+                width: sw,
+                height: sh,
+                bytes: &bytes,
+            };
+            let want = general(&m, &win, &src, nodata, out_nodata);
+            let mut got = vec![0xAAu8; want.len()];
+            if bilinear_into(&m, &win, &src, nodata, out_nodata, &mut got) {
+                applied += 1;
+                assert_eq!(got, want, "round {round}: {dtype:?} step {step} start {start}");
+            } else {
+                declined += 1;
+                assert!(got.iter().all(|&b| b == 0xAA), "declined, yet wrote");
+            }
+        }
+        assert!(applied > 100 && declined > 50, "{applied} applied, {declined} declined");
+    }
+
+    #[test]
+    fn declines_what_it_cannot_prove() {
+        let bytes = vec![5u8; 20 * 20];
+        let src = TypedWindow {
+            dtype: DType::U8,
+            width: 20,
+            height: 20,
+            bytes: &bytes,
+        };
+        let mut out = vec![0u8; 8 * 8];
+        // Weights of 0.3 and 0.7 are not dyadic.
+        assert!(!bilinear_into(
+            &mapped(8, 8, (12.3, 12.3), 1.0),
+            &window(10, 10, 20, 20, 1.0),
+            &src,
+            None,
+            0.0,
+            &mut out
+        ));
+        // A centre whose right neighbour lies beyond the window.
+        assert!(!bilinear_into(
+            &mapped(8, 8, (27.75, 12.25), 0.5),
+            &window(10, 10, 20, 20, 2.0),
+            &src,
+            None,
+            0.0,
+            &mut out
+        ));
+        // Downsampling.
+        assert!(!bilinear_into(
+            &mapped(8, 8, (12.25, 12.25), 2.0),
+            &window(10, 10, 20, 20, 0.5),
+            &src,
+            None,
+            0.0,
+            &mut out
+        ));
+        // A nodata pixel in the window.
+        assert!(!bilinear_into(
+            &mapped(8, 8, (12.25, 12.25), 0.5),
+            &window(10, 10, 20, 20, 2.0),
+            &src,
+            Some(5.0),
+            0.0,
+            &mut out
+        ));
+        // Another type.
+        let i16s = TypedWindow {
+            dtype: DType::I16,
+            bytes: &bytes[..200],
+            ..src
+        };
+        assert!(!bilinear_into(
+            &mapped(8, 8, (12.25, 12.25), 0.5),
+            &window(10, 10, 20, 10, 2.0),
+            &i16s,
+            None,
+            0.0,
+            &mut out
+        ));
+        assert!(out.iter().all(|&b| b == 0));
+        // And applies where it can: a constant window stays constant.
+        assert!(bilinear_into(
+            &mapped(8, 8, (12.25, 12.25), 0.5),
+            &window(10, 10, 20, 20, 2.0),
+            &src,
+            None,
+            0.0,
+            &mut out
+        ));
+        assert!(out.iter().all(|&b| b == 5));
+    }
+}
