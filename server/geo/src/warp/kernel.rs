@@ -116,7 +116,7 @@ pub(crate) fn bilinear_at(src: &Source<'_>, (ix, rx): (isize, f64), (iy, ry): (i
 }
 
 #[inline]
-fn cubic_weights(t: f64) -> [f64; 4] {
+pub(crate) fn cubic_weights(t: f64) -> [f64; 4] {
     [
         0.5 * t * (-1.0 + t * (2.0 - t)),
         1.0 + 0.5 * t * t * (-5.0 + 3.0 * t),

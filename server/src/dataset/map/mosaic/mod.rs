@@ -278,10 +278,10 @@ async fn warp_one(
 
 /// One planned source, the only one of its mosaic, warped onto `footprint` and written into
 /// `out` as samples of `dtype` (nodata `nodata` where it gives nothing): the bytes
-/// [`mosaic_planned`] of it and [`Mosaic::to_bytes_into`] give. A small bilinear window of
-/// 8- or 16-bit samples in the output's type goes through the integer kernel where it
-/// applies ([`exact::bilinear_into`]: no f64 copies, no mosaic, no conversion pass); every
-/// other one through the general warp of the same stitched window. False where `out` does
+/// [`mosaic_planned`] of it and [`Mosaic::to_bytes_into`] give. A small bilinear or cubic
+/// window of 8- or 16-bit samples in the output's type goes through the integer kernel where
+/// it applies ([`exact`]: no f64 copies, no mosaic, no conversion pass); every other one
+/// through the general warp of the same stitched window. False where `out` does
 /// not hold exactly the layer's part.
 pub async fn single_into(
     tiles: &dyn TileSource,
@@ -308,7 +308,16 @@ pub async fn single_into(
         return Ok(m.to_bytes_into(dtype, nodata, avoid, out));
     }
     let raster = region.assemble();
-    if resampling == Resampling::Bilinear && shift == 0 && src.bands == 1 && raster.dtype == dtype {
+    let kernel = match resampling {
+        Resampling::Bilinear => Some(exact::bilinear_into as exact::Kernel),
+        Resampling::Cubic => Some(exact::cubic_into as exact::Kernel),
+        _ => None,
+    };
+    if let Some(kernel) = kernel
+        && shift == 0
+        && src.bands == 1
+        && raster.dtype == dtype
+    {
         let typed = exact::TypedWindow {
             dtype,
             width: raster.width,
@@ -316,7 +325,7 @@ pub async fn single_into(
             bytes: &raster.data,
         };
         let mapped = plan.points(footprint, &src.crs, resampling);
-        if exact::bilinear_into(
+        if kernel(
             mapped,
             &window,
             &typed,
