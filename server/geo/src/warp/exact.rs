@@ -218,7 +218,7 @@ fn cubic_axis(points: &[f64], offset: f64, size: usize) -> Option<Vec<(usize, [i
             // `cubic4`'s own arithmetic: the pixel left of the centre, the fraction past it.
             let i = (v - 0.5) as isize;
             let t = v - 0.5 - i as f64;
-            if !(v >= 0.5) || i < 1 || i as usize + 2 >= size {
+            if v.is_nan() || v < 0.5 || i < 1 || i as usize + 2 >= size {
                 return None;
             }
             let mut weights = [0i64; 4];
