@@ -99,20 +99,25 @@ fn samples(src: &TypedWindow<'_>, nodata: Option<f64>) -> Option<Vec<u32>> {
     Some(values)
 }
 
-/// The footprint's points as one x per column and one y per row, where a kernel over
-/// `src` may run in integers at all: `out` the footprint's samples of the window's type,
-/// no downsampling, a separable mapping.
-fn separable_points<'a>(
-    mapped: &'a MappedPoints,
-    window: &SourceWindow,
-    src: &TypedWindow<'_>,
+/// What an integer kernel starts from, where it may run at all: per destination column and
+/// per row its taps (`axis` over the footprint's separable points: one x per column, one y
+/// per row), and the window's samples widened to u32. None where `out` is not the
+/// footprint's samples of the window's type, the kernel would downsample, the mapping is not
+/// separable, an axis does not qualify or a sample is nodata.
+fn prepare<T>(
+    (mapped, window, src, nodata): (&MappedPoints, &SourceWindow, &TypedWindow<'_>, Option<f64>),
     out: &[u8],
-) -> Option<(&'a [f64], &'a [f64])> {
+    axis: impl Fn(&[f64], f64, usize) -> Option<Vec<T>>,
+) -> Option<(Vec<T>, Vec<T>, Vec<u32>)> {
     let (w, h) = (mapped.width, mapped.height);
     let fits = out.len() == w * h * src.dtype.size() && w > 0 && h > 0 && src.width >= 2 && src.height >= 2;
     let (xs, ys) = mapped.axes.as_ref()?;
-    (fits && window.x_scale >= 0.95 && window.y_scale >= 0.95 && xs.len() == w && ys.len() == h)
-        .then_some((xs.as_slice(), ys.as_slice()))
+    if !(fits && window.x_scale >= 0.95 && window.y_scale >= 0.95 && xs.len() == w && ys.len() == h) {
+        return None;
+    }
+    let cols = axis(xs, window.col as f64, src.width)?;
+    let rows = axis(ys, window.row as f64, src.height)?;
+    Some((cols, rows, samples(src, nodata)?))
 }
 
 /// Writes one destination row of values already rounded and saturated into `dst` as
@@ -164,16 +169,7 @@ pub fn bilinear_into(
     out_nodata: f64,
     out: &mut [u8],
 ) -> bool {
-    let Some((xs, ys)) = separable_points(mapped, window, src, out) else {
-        return false;
-    };
-    let (Some(cols), Some(rows)) = (
-        axis(xs, window.col as f64, src.width),
-        axis(ys, window.row as f64, src.height),
-    ) else {
-        return false;
-    };
-    let Some(values) = samples(src, nodata) else {
+    let Some((cols, rows, values)) = prepare((mapped, window, src, nodata), out, axis) else {
         return false;
     };
     // Along x, each source row the footprint reads once: 64 × (its value there).
@@ -249,16 +245,7 @@ pub fn cubic_into(
     out_nodata: f64,
     out: &mut [u8],
 ) -> bool {
-    let Some((xs, ys)) = separable_points(mapped, window, src, out) else {
-        return false;
-    };
-    let (Some(cols), Some(rows)) = (
-        cubic_axis(xs, window.col as f64, src.width),
-        cubic_axis(ys, window.row as f64, src.height),
-    ) else {
-        return false;
-    };
-    let Some(values) = samples(src, nodata) else {
+    let Some((cols, rows, values)) = prepare((mapped, window, src, nodata), out, cubic_axis) else {
         return false;
     };
     let w = mapped.width;
