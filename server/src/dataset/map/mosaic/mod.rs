@@ -246,6 +246,31 @@ fn warp_raster(
     warped
 }
 
+/// Warps a fetched window of `planned` onto the footprint: inline when the work is small (a
+/// hand-off to the CPU pool and back costs more than warping a few thousand pixels), else
+/// one trip to the pool.
+async fn warp_fetched(
+    planned: &Planned<'_>,
+    footprint: &Footprint,
+    resampling: Resampling,
+    (window, region): (plan::SourceWindow, region::RegionTiles),
+) -> Result<Warped> {
+    let (footprint, src, plan, shift) = (
+        footprint.clone(),
+        planned.source.clone(),
+        planned.plan.clone(),
+        planned.shift,
+    );
+    let small = is_small(&footprint, &window);
+    let work = move || warp_raster(&region.assemble(), &src, &plan, &footprint, &window, resampling, shift);
+    if small {
+        return Ok(work());
+    }
+    on_cpu_pool(work)
+        .await
+        .map_err(|e| Error::tiff(planned.source.item.clone(), e))
+}
+
 /// Warps one planned source onto the footprint; None when the footprint misses it.
 async fn warp_one(
     tiles: &dyn TileSource,
@@ -253,27 +278,10 @@ async fn warp_one(
     footprint: &Footprint,
     resampling: Resampling,
 ) -> Result<Option<Warped>> {
-    let Some((window, region)) = fetch(tiles, planned, footprint).await? else {
+    let Some(fetched) = fetch(tiles, planned, footprint).await? else {
         return Ok(None);
     };
-    let (footprint, src, plan, shift) = (
-        footprint.clone(),
-        planned.source.clone(),
-        planned.plan.clone(),
-        planned.shift,
-    );
-    // Stitch the tiles, then warp: inline when the work is small (a hand-off to the CPU
-    // pool and back costs more than warping a few thousand pixels), else one trip to it.
-    let small = is_small(&footprint, &window);
-    let work = move || warp_raster(&region.assemble(), &src, &plan, &footprint, &window, resampling, shift);
-    let warped = if small {
-        work()
-    } else {
-        on_cpu_pool(work)
-            .await
-            .map_err(|e| Error::tiff(planned.source.item.clone(), e))?
-    };
-    Ok(Some(warped))
+    Ok(Some(warp_fetched(planned, footprint, resampling, fetched).await?))
 }
 
 /// One planned source, the only one of its mosaic, warped onto `footprint` and written into
@@ -281,8 +289,8 @@ async fn warp_one(
 /// [`mosaic_planned`] of it and [`Mosaic::to_bytes_into`] give. A small bilinear or cubic
 /// window of 8- or 16-bit samples in the output's type goes through the integer kernel where
 /// it applies ([`exact`]: no f64 copies, no mosaic, no conversion pass); every other one
-/// through the general warp of the same stitched window. False where `out` does
-/// not hold exactly the layer's part.
+/// through the general warp of the same stitched window. False where `out` does not hold
+/// exactly the layer's part.
 pub async fn single_into(
     tiles: &dyn TileSource,
     planned: &Planned<'_>,
@@ -297,46 +305,43 @@ pub async fn single_into(
     let Some((window, region)) = fetch(tiles, planned, footprint).await? else {
         return Ok(m.to_bytes_into(dtype, nodata, avoid, out));
     };
-    let (plan, shift) = (&planned.plan, planned.shift);
-    if !is_small(footprint, &window) {
-        let (footprint, src, plan) = (footprint.clone(), src.clone(), plan.clone());
-        let warped =
-            on_cpu_pool(move || warp_raster(&region.assemble(), &src, &plan, &footprint, &window, resampling, shift))
-                .await
-                .map_err(|e| Error::tiff(planned.source.item.clone(), e))?;
-        m.add_owned(warped);
-        return Ok(m.to_bytes_into(dtype, nodata, avoid, out));
-    }
-    let raster = region.assemble();
-    let kernel = match resampling {
-        Resampling::Bilinear => Some(exact::bilinear_into as exact::Kernel),
-        Resampling::Cubic => Some(exact::cubic_into as exact::Kernel),
-        _ => None,
-    };
-    if let Some(kernel) = kernel
-        && shift == 0
-        && src.bands == 1
-        && raster.dtype == dtype
-    {
-        let typed = exact::TypedWindow {
-            dtype,
-            width: raster.width,
-            height: raster.height,
-            bytes: &raster.data,
+    let warped = if is_small(footprint, &window) {
+        let raster = region.assemble();
+        let kernel = match resampling {
+            Resampling::Bilinear => Some(exact::bilinear_into as exact::Kernel),
+            Resampling::Cubic => Some(exact::cubic_into as exact::Kernel),
+            _ => None,
         };
-        let mapped = plan.points(footprint, &src.crs, resampling);
-        if kernel(
-            mapped,
-            &window,
-            &typed,
-            src.nodata.first().copied().flatten(),
-            nodata,
-            out,
-        ) {
-            return Ok(true);
+        if let Some(kernel) = kernel
+            && planned.shift == 0
+            && src.bands == 1
+            && raster.dtype == dtype
+        {
+            let typed = exact::TypedWindow {
+                dtype,
+                width: raster.width,
+                height: raster.height,
+                bytes: &raster.data,
+            };
+            let mapped = planned.plan.points(footprint, &src.crs, resampling);
+            let src_nodata = src.nodata.first().copied().flatten();
+            if kernel(mapped, &window, &typed, src_nodata, nodata, out) {
+                return Ok(true);
+            }
         }
-    }
-    m.add_owned(warp_raster(&raster, src, plan, footprint, &window, resampling, shift));
+        warp_raster(
+            &raster,
+            src,
+            &planned.plan,
+            footprint,
+            &window,
+            resampling,
+            planned.shift,
+        )
+    } else {
+        warp_fetched(planned, footprint, resampling, (window, region)).await?
+    };
+    m.add_owned(warped);
     Ok(m.to_bytes_into(dtype, nodata, avoid, out))
 }
 
